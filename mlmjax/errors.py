@@ -1,0 +1,9 @@
+"""The base of every error caused by the user's input (data, config, files), not by a bug.
+
+The command-line tools print these as one actionable line and exit non-zero, without a
+traceback; anything else is a bug and keeps its traceback.
+"""
+
+
+class UserError(ValueError):
+  pass

@@ -1,0 +1,85 @@
+"""Metric writers: JSONL + TensorBoard in the workdir, and a one-line progress log.
+
+Only process 0 writes; the other processes get a writer that does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+from absl import logging
+import jax
+
+
+def quiet_library_logs() -> None:
+  """Keeps orbax's/grain's per-save INFO chatter out of the progress log (warnings still show)."""
+  def keep(record) -> bool:
+    noisy = any(f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "jax"))
+    return not (noisy and record.levelno < logging.WARNING)
+  logging.get_absl_handler().python_handler.addFilter(keep)
+
+
+class MetricWriter:
+  """`metrics.jsonl` (one object per logged step, with a `step` key) + TensorBoard events."""
+
+  def __init__(self, workdir: str):
+    self.enabled = jax.process_index() == 0
+    if not self.enabled:
+      return
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+  def write(self, step: int, metrics: dict[str, float]) -> None:
+    if not self.enabled:
+      return
+    self._jsonl.write(json.dumps({"step": int(step), **{k: float(v) for k, v in metrics.items()}})
+                      + "\n")
+    self._jsonl.flush()
+    for name, value in metrics.items():
+      self._tb.add_scalar(name, float(value), int(step))
+    self._tb.flush()
+
+  def close(self) -> None:
+    if self.enabled:
+      self._jsonl.close()
+      self._tb.close()
+
+
+def _duration(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  seconds = int(seconds)
+  h, rem = divmod(seconds, 3600)
+  return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+class Throughput:
+  """Tokens/s and ETA over the last logging interval (compilation excluded after warm-up)."""
+
+  def __init__(self, tokens_per_step: int, total_steps: int):
+    self.tokens_per_step = tokens_per_step
+    self.total_steps = total_steps
+    self._t = time.perf_counter()
+    self._step = None
+
+  def update(self, step: int) -> dict[str, float]:
+    now = time.perf_counter()
+    out = {}
+    if self._step is not None and step > self._step:
+      sec_per_step = (now - self._t) / (step - self._step)
+      out = {"tokens_per_sec": self.tokens_per_step / sec_per_step,
+             "eta_sec": sec_per_step * (self.total_steps - step)}
+    self._t, self._step = now, step
+    return out
+
+
+def log_progress(step: int, total: int, m: dict[str, float]) -> None:
+  parts = [f"step {step}/{total}", f"loss {m['loss']:.4f}", f"mlm_acc {m['mlm_accuracy']:.4f}",
+           f"lr {m['learning_rate']:.2e}"]
+  if "tokens_per_sec" in m:
+    parts += [f"{m['tokens_per_sec']:,.0f} tok/s", f"ETA {_duration(m['eta_sec'])}"]
+  logging.info(" | ".join(parts))

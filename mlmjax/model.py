@@ -1,0 +1,150 @@
+"""BERT encoder with a masked-only MLM head, in Flax NNX.
+
+Shapes: B batch rows, T tokens per row, D hidden, N heads, H head size, F MLP size, P masked
+predictions per row, V vocabulary.
+
+Every parameter is an `nnx.Param` carrying `axes`: logical axis names that sharding.py maps to
+mesh axes. Modules hold no RNG state; dropout keys are passed per call, so the train step can
+work on plain pytrees (`nnx.split` once, `nnx.merge` inside jit).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+def _param(rngs: nnx.Rngs | None, shape: tuple[int, ...], axes: tuple[str | None, ...],
+           init: str, std: float = 0.02) -> nnx.Param:
+  if init == "normal":
+    value = std * jax.random.truncated_normal(rngs.params(), -2.0, 2.0, shape, jnp.float32)
+  elif init == "zeros":
+    value = jnp.zeros(shape, jnp.float32)
+  else:  # ones
+    value = jnp.ones(shape, jnp.float32)
+  return nnx.Param(value, axes=axes)
+
+
+def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
+  """Inverted dropout; identity when `key` is None (eval) or rate is 0."""
+  if key is None or rate == 0.0:
+    return x
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
+class LayerNorm(nnx.Module):
+
+  def __init__(self, dim: int, eps: float):
+    self.scale = _param(None, (dim,), ("embed",), "ones")
+    self.bias = _param(None, (dim,), ("embed",), "zeros")
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)  # statistics in float32 even when activations are bf16
+    mean = x32.mean(-1, keepdims=True)
+    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
+    return (y * self.scale[...] + self.bias[...]).astype(x.dtype)
+
+
+class Dense(nnx.Module):
+
+  def __init__(self, rngs, d_in: int, d_out: int, axes: tuple[str | None, str | None], std: float):
+    self.kernel = _param(rngs, (d_in, d_out), axes, "normal", std)
+    self.bias = _param(None, (d_out,), (axes[1],), "zeros")
+
+  def __call__(self, x):
+    return x @ self.kernel[...].astype(x.dtype) + self.bias[...].astype(x.dtype)
+
+
+class SelfAttention(nnx.Module):
+
+  def __init__(self, cfg, rngs):
+    d, n = cfg.hidden_size, cfg.num_heads
+    h = d // n
+    std = cfg.initializer_range
+    self.qkv_kernel = _param(rngs, (3, d, n, h), (None, "embed", "heads", "kv"), "normal", std)
+    self.qkv_bias = _param(None, (3, n, h), (None, "heads", "kv"), "zeros")
+    self.out_kernel = _param(rngs, (n, h, d), ("heads", "kv", "embed"), "normal", std)
+    self.out_bias = _param(None, (d,), ("embed",), "zeros")
+    self.attention_dropout = cfg.attention_dropout_rate
+
+  def __call__(self, x_btd, mask_b1tt, key):
+    dt = x_btd.dtype
+    qkv = jnp.einsum("btd,sdnh->sbtnh", x_btd, self.qkv_kernel[...].astype(dt))
+    q, k, v = qkv + self.qkv_bias[...].astype(dt)[:, None, None]
+    scores_bntt = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32)
+    scores_bntt = scores_bntt * (q.shape[-1] ** -0.5)
+    scores_bntt = jnp.where(mask_b1tt, scores_bntt, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores_bntt, axis=-1)
+    probs = dropout(probs, self.attention_dropout, key).astype(dt)
+    ctx_btnh = jnp.einsum("bnts,bsnh->btnh", probs, v)
+    return jnp.einsum("btnh,nhd->btd", ctx_btnh, self.out_kernel[...].astype(dt)) + (
+        self.out_bias[...].astype(dt))
+
+
+class Block(nnx.Module):
+  """Post-LN transformer block (original BERT): x = LN(x + f(x)) for attention, then MLP."""
+
+  def __init__(self, cfg, rngs):
+    d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
+    self.attention = SelfAttention(cfg, rngs)
+    self.attention_norm = LayerNorm(d, cfg.layer_norm_eps)
+    self.mlp_in = Dense(rngs, d, f, ("embed", "mlp"), std)
+    self.mlp_out = Dense(rngs, f, d, ("mlp", "embed"), std)
+    self.mlp_norm = LayerNorm(d, cfg.layer_norm_eps)
+    self.rate = cfg.dropout_rate
+
+  def __call__(self, x, mask, key):
+    keys = [None] * 3 if key is None else list(jax.random.split(key, 3))
+    y = self.attention(x, mask, keys[0])
+    x = self.attention_norm(x + dropout(y, self.rate, keys[1]))
+    y = self.mlp_out(jax.nn.gelu(self.mlp_in(x), approximate=False))
+    return self.mlp_norm(x + dropout(y, self.rate, keys[2]))
+
+
+class BertForPretraining(nnx.Module):
+  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only."""
+
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs):
+    d, std = cfg.hidden_size, cfg.initializer_range
+    if d % cfg.num_heads:
+      raise ValueError(f"model.hidden_size={d} is not divisible by model.num_heads={cfg.num_heads}")
+    self.dtype = jnp.dtype(cfg.dtype)
+    self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
+    self.position_embedding = _param(
+        rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
+    self.type_embedding = _param(rngs, (cfg.type_vocab_size, d), (None, "embed"), "normal", std)
+    self.embedding_norm = LayerNorm(d, cfg.layer_norm_eps)
+    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+    self.mlm_transform = Dense(rngs, d, d, ("embed", None), std)
+    self.mlm_norm = LayerNorm(d, cfg.layer_norm_eps)
+    self.mlm_bias = _param(None, (vocab_size,), ("vocab",), "zeros")
+    self.rate = cfg.dropout_rate
+
+  def encode(self, batch, dropout_key=None):
+    """[B, T] ids -> [B, T, D] hidden states; attention only within a row's own segment."""
+    ids = batch["input_ids"]
+    x = (self.token_embedding[...][ids] + self.position_embedding[...][batch["positions"]]
+         + self.type_embedding[...][batch["token_type_ids"]])
+    keys = (None,) * (len(self.blocks) + 1) if dropout_key is None else tuple(
+        jax.random.split(dropout_key, len(self.blocks) + 1))
+    x = dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
+    seg = batch["segment_ids"]
+    # Block-diagonal: a token sees the tokens of its own packed sequence; padding (0) sees none.
+    mask_b1tt = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0))[:, None]
+    for block, key in zip(self.blocks, keys[1:]):
+      x = block(x, mask_b1tt, key)
+    return x
+
+  def __call__(self, batch, dropout_key=None):
+    """Returns MLM logits [B, P, V] (float32) at `batch["masked_positions"]`."""
+    hidden_btd = self.encode(batch, dropout_key)
+    positions_bp = batch["masked_positions"]
+    hidden_bpd = jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
+    h = self.mlm_norm(jax.nn.gelu(self.mlm_transform(hidden_bpd), approximate=False))
+    # Decoder tied to the input embedding: the vocab matmul only ever sees P positions, not T.
+    logits_bpv = h @ self.token_embedding[...].astype(h.dtype).T
+    return logits_bpv.astype(jnp.float32) + self.mlm_bias[...]

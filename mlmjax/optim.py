@@ -1,0 +1,35 @@
+"""Optimizer: global-norm clipping + AdamW with warmup and linear decay, no decay on LN/bias."""
+
+from __future__ import annotations
+
+import jax
+import optax
+
+
+def learning_rate_schedule(train_config) -> optax.Schedule:
+  """Linear warmup from 0 to the peak, then linear decay to `end_learning_rate` at the end."""
+  warmup = max(int(train_config.warmup_steps), 1)
+  decay = max(int(train_config.steps) - warmup, 1)
+  return optax.join_schedules([
+      optax.linear_schedule(0.0, train_config.learning_rate, warmup),
+      optax.linear_schedule(train_config.learning_rate, train_config.end_learning_rate, decay),
+  ], [warmup])
+
+
+def decay_mask(params):
+  """Weight decay applies to matrices and embeddings (`kernel`, `*_embedding`), never to
+  LayerNorm scales or biases, as in BERT."""
+  def decays(path, _):
+    name = str(getattr(path[-1], "key", path[-1]))
+    return name.endswith("kernel") or name.endswith("embedding")
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(train_config) -> optax.GradientTransformation:
+  return optax.chain(
+      optax.clip_by_global_norm(train_config.grad_clip_norm),
+      optax.adamw(
+          learning_rate_schedule(train_config),
+          b1=train_config.adam_b1, b2=train_config.adam_b2, eps=train_config.adam_eps,
+          weight_decay=train_config.weight_decay, mask=decay_mask),
+  )

@@ -1,0 +1,112 @@
+"""Fill-mask queries against the latest checkpoint of a run.
+
+  python -m mlmjax.predict --workdir=runs/tiny "In the beginning God created the [MASK] and the earth."
+
+Each [MASK] is predicted as one sentencepiece piece; the top-k pieces and their probabilities
+are printed per mask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+import jax
+import numpy as np
+import ml_collections
+from flax import nnx
+
+from mlmjax import checkpoint as checkpoint_lib
+from mlmjax import errors
+from mlmjax import metrics
+from mlmjax import sharding
+from mlmjax import train
+from mlmjax import train_state
+from mlmjax.data import tokenizer as tokenizer_lib
+
+MASK_TEXT = "[MASK]"
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
+_TOP_K = flags.DEFINE_integer("top_k", 5, "How many fills to show per [MASK].")
+
+
+class Predictor:
+  """The trained model of `workdir`, loaded once on one device."""
+
+  def __init__(self, workdir: str):
+    config_path = os.path.join(workdir, train.CONFIG_FILENAME)
+    if not os.path.isfile(config_path):
+      raise errors.UserError(f"{workdir} holds no training run (no {train.CONFIG_FILENAME})")
+    with open(config_path, encoding="utf-8") as f:
+      self.config = ml_collections.ConfigDict(json.load(f))
+    self.tok = tokenizer_lib.Tokenizer.load(os.path.join(workdir, tokenizer_lib.MODEL_FILENAME))
+    self.config.mesh.shape = (1, 1, 1)  # whatever mesh trained it, predict on one device
+    mesh = sharding.make_mesh(self.config.mesh, devices=jax.devices()[:1])
+    setup = train_state.make_setup(self.config, self.tok.vocab_size, mesh)
+    ckpt = checkpoint_lib.Checkpointer(workdir, max_to_keep=self.config.train.max_checkpoints_to_keep)
+    self.step = ckpt.latest_step()
+    if self.step is None:
+      raise errors.UserError(f"{workdir} has no checkpoint yet")
+    state = ckpt.restore(self.step, setup.abstract_state)
+    ckpt.close()
+    self.model = nnx.merge(setup.graphdef, state["params"])
+
+  def encode(self, text: str) -> list[int]:
+    """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""
+    parts = text.split(MASK_TEXT)
+    ids = [tokenizer_lib.CLS_ID]
+    for i, part in enumerate(parts):
+      if part.strip():
+        ids += self.tok.encode([part.strip()])[0]
+      if i < len(parts) - 1:
+        ids.append(tokenizer_lib.MASK_ID)
+    return ids + [tokenizer_lib.SEP_ID]
+
+  def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+    """Per [MASK] in `text`, the top-k (piece, probability) fills."""
+    ids = self.encode(text)
+    limit = self.config.model.max_position_embeddings
+    if len(ids) > limit:
+      raise errors.UserError(f"text is {len(ids)} tokens; this model takes at most {limit}")
+    positions = [i for i, t in enumerate(ids) if t == tokenizer_lib.MASK_ID]
+    if not positions:
+      raise errors.UserError(f"no {MASK_TEXT} in {text!r}")
+    n = len(ids)
+    batch = {
+        "input_ids": np.asarray([ids], np.int32),
+        "segment_ids": np.ones((1, n), np.int32),
+        "positions": np.arange(n, dtype=np.int32)[None],
+        "token_type_ids": np.zeros((1, n), np.int32),
+        "masked_positions": np.asarray([positions], np.int32),
+    }
+    probs = np.asarray(jax.nn.softmax(self.model(batch)[0], axis=-1))  # [P, V]
+    out = []
+    for p in probs:
+      best = np.argsort(-p)[:top_k]
+      out.append([(self.tok.id_to_piece(i).replace("\u2581", ""), float(p[i])) for i in best])
+    return out
+
+
+def main(argv):
+  texts = argv[1:]
+  if not texts:
+    raise app.UsageError(f'give at least one text with {MASK_TEXT}, e.g. "the [MASK] of God"')
+  metrics.quiet_library_logs()
+  try:
+    predictor = Predictor(_WORKDIR.value)
+    print(f"checkpoint step {predictor.step} of {_WORKDIR.value}")
+    for text in texts:
+      print(text)
+      for i, fills in enumerate(predictor.fill_mask(text, _TOP_K.value)):
+        print(f"  {MASK_TEXT} {i + 1}: " + "  ".join(f"{piece} ({p:.3f})" for piece, p in fills))
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir"])
+  app.run(main)

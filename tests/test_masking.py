@@ -1,0 +1,138 @@
+"""Masking statistics and determinism (strategy `random`)."""
+
+import numpy as np
+import pytest
+
+from mlmjax.data import masking
+from mlmjax.data import tokenizer as tok
+
+VOCAB = 1000
+
+
+def _batch(rows=64, length=128, seed=0):
+  """Packed-looking rows: [CLS] words [SEP] [CLS] words [SEP] then [PAD]s, some [UNK]s."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(tok.NUM_SPECIAL, VOCAB, size=(rows, length)).astype(np.int32)
+  ids[:, 0] = tok.CLS_ID
+  ids[:, 50] = tok.SEP_ID
+  ids[:, 51] = tok.CLS_ID
+  ids[:, 100] = tok.SEP_ID
+  ids[:, 101:] = tok.PAD_ID
+  ids[:, 7] = tok.UNK_ID
+  return {"input_ids": ids}
+
+
+def _mask(batch, step=0, example_ids=None, max_predictions=20, **kw):
+  rows = batch["input_ids"].shape[0]
+  ids = np.arange(rows) if example_ids is None else example_ids
+  args = dict(mask_rate=0.15, mask_token_prob=0.8, random_token_prob=0.1)
+  args.update(kw)
+  return masking.mask_batch(batch, seed=1, step=step, example_ids=ids, vocab_size=VOCAB,
+                            max_predictions=max_predictions, **args)
+
+
+def test_selection_rate_and_specials():
+  batch = _batch()
+  maskable_per_row = 101 - 5  # 101 real tokens minus CLS, SEP, CLS, SEP, UNK
+  total_chosen = 0
+  for step in range(20):
+    out = _mask(batch, step)
+    w = out["masked_weights"]
+    chosen = w.sum(axis=1)
+    # round(0.15 * 96) = 14 per row, exactly.
+    assert np.all(chosen == round(0.15 * maskable_per_row))
+    total_chosen += chosen.sum()
+    pos = out["masked_positions"][w > 0]
+    rows = np.nonzero(w > 0)[0]
+    original = batch["input_ids"][rows, pos]
+    assert np.all(original >= tok.NUM_SPECIAL), "special or pad token selected"
+    np.testing.assert_array_equal(out["masked_ids"][w > 0], original)
+    # Padding slots are zero and never alter the input.
+    assert np.all(out["masked_positions"][w == 0] == 0)
+    assert np.all(out["masked_ids"][w == 0] == 0)
+    # Unselected positions are untouched.
+    changed = out["input_ids"] != batch["input_ids"]
+    selected = np.zeros_like(changed)
+    selected[rows, pos] = True
+    assert not np.any(changed & ~selected)
+    # Positions are distinct and ascending within a row.
+    for r in range(w.shape[0]):
+      p = out["masked_positions"][r][w[r] > 0]
+      assert np.all(np.diff(p) > 0)
+  assert total_chosen == 20 * 64 * 14
+
+
+def test_replacement_split_80_10_10():
+  batch = _batch(rows=256)
+  counts = np.zeros(3)
+  for step in range(20):
+    out = _mask(batch, step)
+    w = out["masked_weights"] > 0
+    rows = np.nonzero(w)[0]
+    new = out["input_ids"][rows, out["masked_positions"][w]]
+    old = out["masked_ids"][w]
+    counts += [np.sum(new == tok.MASK_ID), np.sum((new != tok.MASK_ID) & (new != old)),
+               np.sum(new == old)]
+  n = counts.sum()
+  frac = counts / n
+  # n ~ 72k: 5 standard deviations of a binomial proportion is < 0.008.
+  expected = np.array([0.8, 0.1 * (1 - 1 / (VOCAB - 5)), 0.1 + 0.1 / (VOCAB - 5)])
+  sd = np.sqrt(expected * (1 - expected) / n)
+  assert np.all(np.abs(frac - expected) < 5 * sd), (frac, expected)
+
+
+def test_random_replacements_are_uniform_non_special():
+  batch = _batch(rows=256)
+  out = _mask(batch, 3, mask_token_prob=0.0, random_token_prob=1.0)
+  w = out["masked_weights"] > 0
+  new = out["input_ids"][np.nonzero(w)[0], out["masked_positions"][w]]
+  assert new.min() >= tok.NUM_SPECIAL and new.max() < VOCAB
+  # Mean of a uniform over [5, 1000) is 502; sd of the mean is ~287/sqrt(3584) ~ 4.8.
+  assert abs(new.mean() - (VOCAB - 1 + tok.NUM_SPECIAL) / 2) < 25
+
+
+def test_pure_function_of_seed_step_example():
+  batch = _batch(rows=8)
+  a = _mask(batch, step=5, example_ids=np.arange(100, 108))
+  b = _mask(batch, step=5, example_ids=np.arange(100, 108))
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k])
+  # The same example alone (another batch composition) gets the same mask.
+  alone = _mask({"input_ids": batch["input_ids"][3:4]}, step=5, example_ids=np.array([103]))
+  for k in a:
+    np.testing.assert_array_equal(a[k][3:4], alone[k])
+  # Another step, another example index or another seed: different masks.
+  c = _mask(batch, step=6, example_ids=np.arange(100, 108))
+  d = _mask(batch, step=5, example_ids=np.arange(200, 208))
+  assert not np.array_equal(a["masked_positions"], c["masked_positions"])
+  assert not np.array_equal(a["masked_positions"], d["masked_positions"])
+  e = masking.mask_batch(batch, seed=2, step=5, example_ids=np.arange(100, 108),
+                         vocab_size=VOCAB, mask_rate=0.15, mask_token_prob=0.8,
+                         random_token_prob=0.1, max_predictions=20)
+  assert not np.array_equal(a["masked_positions"], e["masked_positions"])
+
+
+def test_budget_caps_at_max_predictions_and_empty_rows():
+  batch = _batch(rows=4)
+  batch["input_ids"][1] = tok.PAD_ID  # an all-padding row (e.g. eval padding)
+  out = _mask(batch, max_predictions=5)
+  assert out["masked_positions"].shape == (4, 5)
+  np.testing.assert_array_equal(out["masked_weights"].sum(1), [5, 0, 5, 5])
+
+
+@pytest.mark.parametrize("length", [1, 3])
+def test_tiny_rows_still_get_one_prediction(length):
+  ids = np.full((2, length + 2), tok.PAD_ID, np.int32)
+  ids[:, 0] = tok.CLS_ID
+  ids[:, 1:1 + length] = 42
+  ids[:, 1 + length] = tok.SEP_ID
+  out = _mask({"input_ids": ids})
+  assert np.all(out["masked_weights"].sum(1) == 1)  # BERT: at least one per non-empty row
+
+
+def test_uniforms_look_uniform():
+  u = masking.uniform(0, 0, 0, np.arange(512), 512).ravel()
+  assert 0.0 <= u.min() and u.max() < 1.0
+  hist = np.histogram(u, bins=16, range=(0, 1))[0]
+  expected = u.size / 16
+  assert np.all(np.abs(hist - expected) < 5 * np.sqrt(expected))
