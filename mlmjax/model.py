@@ -116,7 +116,8 @@ class BertForPretraining(nnx.Module):
     self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
     self.position_embedding = _param(
         rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
-    self.type_embedding = _param(rngs, (cfg.type_vocab_size, d), (None, "embed"), "normal", std)
+    # Zero-initialised for the same reason that type 0 adds nothing (see encode).
+    self.type_embedding = _param(None, (cfg.type_vocab_size, d), (None, "embed"), "zeros")
     self.embedding_norm = LayerNorm(d, cfg.layer_norm_eps)
     self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
     self.mlm_transform = Dense(rngs, d, d, ("embed", None), std)
@@ -127,8 +128,13 @@ class BertForPretraining(nnx.Module):
   def encode(self, batch, dropout_key=None):
     """[B, T] ids -> [B, T, D] hidden states; attention only within a row's own segment."""
     ids = batch["input_ids"]
+    types = batch["token_type_ids"]
+    # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
+    # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
+    # measured). Only types >= 1 add their (zero-initialised) embedding.
+    type_bt1 = (types > 0)[..., None]
     x = (self.token_embedding[...][ids] + self.position_embedding[...][batch["positions"]]
-         + self.type_embedding[...][batch["token_type_ids"]])
+         + jnp.where(type_bt1, self.type_embedding[...][types], 0.0))
     keys = (None,) * (len(self.blocks) + 1) if dropout_key is None else tuple(
         jax.random.split(dropout_key, len(self.blocks) + 1))
     x = dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
