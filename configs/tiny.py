@@ -1,4 +1,10 @@
-"""A small BERT that visibly learns the built-in corpus on a 2-core CPU in a few minutes."""
+"""A small BERT that visibly learns the built-in corpus on a 2-core CPU in a few minutes.
+
+Chosen by measurement on a 2-core CPU (see README): 128 wide with 4 heads of 32 learns faster
+per second than 256 wide; short rows (64 tokens, KJV verses are ~30) and a small batch give
+many updates; 1e-3 is about the highest peak a post-LN model of this size takes without
+stalling at the unigram solution.
+"""
 
 from configs import base
 
@@ -6,21 +12,22 @@ from configs import base
 def get_config():
   config = base.get_config()
   config.tokenizer.vocab_size = 4096
-  config.model.hidden_size = 256
+  config.data.seq_len = 64
+  config.masking.max_predictions_per_seq = 10  # 15% of 62 maskable tokens, rounded up
+  config.model.hidden_size = 128
   config.model.num_layers = 4
   config.model.num_heads = 4
-  config.model.intermediate_size = 1024
+  config.model.intermediate_size = 512
   config.model.max_position_embeddings = 128
-  # Less than one epoch of data: regularisation only slows learning down here.
+  # A few epochs of a small corpus: regularisation only slows learning down here.
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0
-  config.train.steps = 2000
+  config.train.steps = 2400
   config.train.batch_size = 32
-  # Small models tolerate (and need) a much higher peak learning rate than BERT-base.
   config.train.learning_rate = 1e-3
-  config.train.warmup_steps = 200
-  config.train.log_every_steps = 50
-  config.train.eval_every_steps = 500
-  config.train.eval_batches = 6
-  config.train.checkpoint_every_steps = 500
+  config.train.warmup_steps = 100
+  config.train.log_every_steps = 100
+  config.train.eval_every_steps = 600
+  config.train.eval_batches = 20
+  config.train.checkpoint_every_steps = 600
   return config
