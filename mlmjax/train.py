@@ -137,29 +137,31 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
     logging.info("Checkpoint step %d >= train.steps=%d: nothing to train", start, total)
   t0 = time.perf_counter()
   last = total if stop_after is None else min(total, stop_after)
-  for step in range(start, last):
-    batch = train_state.to_device(next(train_iter), mesh)
-    state, step_metrics = train_step(state, batch)
-    # At most two steps in flight: block on the previous one (needed by the CPU backend with
-    # many devices, and free elsewhere since the device is still busy with this step).
+  try:
+    for step in range(start, last):
+      batch = train_state.to_device(next(train_iter), mesh)
+      state, step_metrics = train_step(state, batch)
+      # At most two steps in flight: block on the previous one (needed by the CPU backend with
+      # many devices, and free elsewhere since the device is still busy with this step).
+      if pending is not None:
+        finish(*pending)
+      pending = (step + 1, step_metrics)
+      done = step + 1
+      if done % config.train.checkpoint_every_steps == 0 or done == last:
+        ckpt.save(done, state, train_iter)
+      if done % config.train.eval_every_steps == 0 or done == total:
+        finish(*pending)
+        pending = None
+        eval_metrics = evaluate(eval_step, state["params"], config, tok, eval_source, mesh)
+        logging.info("eval at step %d: %s", done,
+                     ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in eval_metrics.items()))
+        writer.write(done, eval_metrics)
+        throughput.update(done)  # keep eval time out of the next tokens/s
     if pending is not None:
       finish(*pending)
-    pending = (step + 1, step_metrics)
-    done = step + 1
-    if done % config.train.checkpoint_every_steps == 0 or done == last:
-      ckpt.save(done, state, train_iter)
-    if done % config.train.eval_every_steps == 0 or done == total:
-      finish(*pending)
-      pending = None
-      eval_metrics = evaluate(eval_step, state["params"], config, tok, eval_source, mesh)
-      logging.info("eval at step %d: %s", done,
-                   ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in eval_metrics.items()))
-      writer.write(done, eval_metrics)
-      throughput.update(done)  # keep eval time out of the next tokens/s
-  if pending is not None:
-    finish(*pending)
-  ckpt.close()
-  writer.close()
+  finally:  # also on errors: let a pending async save finish rather than lose it
+    ckpt.close()
+    writer.close()
   if last > start:
     logging.info("Trained steps %d..%d in %.1f s; workdir %s", start, last,
                  time.perf_counter() - t0, workdir)

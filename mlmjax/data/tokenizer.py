@@ -13,7 +13,6 @@ import os
 from collections.abc import Iterable, Iterator
 
 from absl import logging
-import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
@@ -132,10 +131,3 @@ def get_tokenizer(tokenizer_config, train_documents: Iterable[str], workdir: str
   tok.save(saved)
   return tok
 
-
-def token_counts(tok: Tokenizer, documents: list[str]) -> np.ndarray:
-  """Occurrences of each id over `documents` (for baselines and statistics)."""
-  counts = np.zeros(len(tok), np.int64)
-  for ids in tok.encode(list(documents)):
-    np.add.at(counts, ids, 1)
-  return counts
