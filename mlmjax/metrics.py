@@ -6,6 +6,7 @@ Only process 0 writes; the other processes get a writer that does nothing.
 from __future__ import annotations
 
 import json
+import logging as std_logging
 import math
 import os
 import time
@@ -18,7 +19,7 @@ def quiet_library_logs() -> None:
   """Keeps orbax's/grain's per-save INFO chatter out of the progress log (warnings still show)."""
   def keep(record) -> bool:
     noisy = any(f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "jax"))
-    return not (noisy and record.levelno < logging.WARNING)
+    return not (noisy and record.levelno < std_logging.WARNING)  # absl's WARNING is -1
   logging.get_absl_handler().python_handler.addFilter(keep)
 
 

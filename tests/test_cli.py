@@ -26,7 +26,7 @@ def test_train_resume_and_predict(tmp_path, tokenizer_path):
   assert first.returncode == 0, first.stderr[-3000:]
   assert "Starting from scratch" in first.stderr
   assert "step 4/4 | loss" in first.stderr
-  assert "constant_baseline_accuracy" in first.stderr
+  assert "constant_baseline_accuracy" in first.stderr and "mask_token_accuracy" in first.stderr
   for name in ("config.json", "tokenizer.model", "metrics.jsonl", "checkpoints/4"):
     assert os.path.exists(os.path.join(workdir, name)), name
   assert os.listdir(os.path.join(workdir, "tensorboard"))

@@ -60,3 +60,15 @@ def test_dropout_only_with_a_key(micro_config):
   c, d = model.encode(batch, k), model.encode(batch, k)
   np.testing.assert_array_equal(np.asarray(c), np.asarray(d))
   assert not jnp.allclose(a, c)
+
+
+def test_type_zero_adds_nothing_and_type_one_does(micro_config):
+  model = _model(micro_config)
+  batch = _row([2, 10, 11, 12, 3], [2, 20, 21, 3])
+  before = np.asarray(model.encode(batch))
+  model.type_embedding[...] = jax.random.normal(jax.random.PRNGKey(1), model.type_embedding.shape)
+  np.testing.assert_array_equal(before, np.asarray(model.encode(batch)))
+  batch["token_type_ids"] = (batch["segment_ids"] == 2).astype(np.int32)  # doc B as type 1
+  after = np.asarray(model.encode(batch))
+  np.testing.assert_array_equal(before[0, :5], after[0, :5])
+  assert not np.allclose(before[0, 5:9], after[0, 5:9])
