@@ -67,9 +67,7 @@ def evaluate(eval_step, params, config, tok, eval_source, mesh) -> dict[str, flo
     for k, v in sums.items():
       totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
   histogram = totals.pop("target_histogram")
-  mask_correct, mask_count = totals.pop("mask_token_correct"), totals.pop("mask_token_count")
   out = losses.summarize(totals)
-  out["mask_token_accuracy"] = float(mask_correct / max(mask_count, 1.0))
   # Accuracy of always predicting the single most frequent held-out target: the bar to beat.
   out["constant_baseline_accuracy"] = float(histogram.max() / max(histogram.sum(), 1.0))
   return {f"eval/{k}": v for k, v in out.items()}
