@@ -21,11 +21,12 @@ setup(
         "numpy>=1.26",
         "optax>=0.2.8,<0.3",
         "orbax-checkpoint>=0.12.8,<0.13",
+        "portpicker>=1.6",  # a free port for the single-process JAX runtime (preemption service)
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
         "tensorflow-datasets>=4.9.10,<5",
     ],
     extras_require={
-        "test": ["pytest>=8", "portpicker>=1.6"],
+        "test": ["pytest>=8"],
     },
 )

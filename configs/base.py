@@ -13,13 +13,23 @@ def get_config() -> ml_collections.ConfigDict:
   config.seed = 0
 
   config.data = ml_collections.ConfigDict()
-  # 'builtin' (King James Bible, offline), or a path / glob / comma-separated list of .txt
-  # (documents separated by blank lines) and .jsonl (a "text" field per line) files.
+  # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
+  # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
+  # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
+  # (e.g. 'tfds:wikipedia/20230601.en:train'). See mlmjax/data/sources.py.
   config.data.source = "builtin"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
   config.data.eval_every_nth_document = 50
+  # Local documents longer than this many characters are split at whitespace (with a warning),
+  # so a file without line breaks cannot blow up memory or a single row of work.
+  config.data.max_document_chars = 100_000
   # Tokens per packed row, including [CLS]/[SEP] of every packed sequence.
   config.data.seq_len = 128
+  # How documents become rows (RoBERTa's taxonomy; see mlmjax/data/formats.py):
+  # 'full_sentences' (packed, document-masked), 'doc_sentences' (one document per row),
+  # 'segment_pair' (BERT, + NSP head), 'sentence_pair' (+ NSP head), 'sop' (ALBERT's
+  # sentence-order prediction head).
+  config.data.format = "full_sentences"
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
@@ -39,6 +49,36 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.random_token_prob = 0.1
   # Fixed number of prediction slots per row (padded with weight 0). BERT: 20 for seq 128.
   config.masking.max_predictions_per_seq = 20
+  # Which tokens are chosen (see mlmjax/data/masking.py): 'random' (BERT/RoBERTa), 'whole_word',
+  # 'span' (SpanBERT), 'entity' (ERNIE), 'frequency', 'mixture', 'static' (BERT's fixed
+  # dupe_factor masks), 'adaptive' (weights fed back from the per-token training loss).
+  config.masking.strategy = "random"
+  # How the random-token replacements are drawn: 'uniform', or 'unigram' (corpus frequencies).
+  config.masking.replacement = "uniform"
+  # span: span length in words ~ Geometric(span_p) truncated to 1..span_max_words (SpanBERT).
+  config.masking.span_p = 0.2
+  config.masking.span_max_words = 10
+  # entity: a file of entity phrases, one per line, matched on token ids ('' = none).
+  config.masking.entity_gazetteer = ""
+  # entity: also treat runs of >= 2 capitalised words not at a sentence start as entities.
+  config.masking.entity_heuristic = True
+  # frequency: selection weight of a token is count**(-frequency_alpha) (0 = uniform).
+  config.masking.frequency_alpha = 0.5
+  # mixture: per example, one strategy drawn with these weights, e.g.
+  # "random=0.5,span=0.3,whole_word=0.2" (any strategies but 'mixture'; weights normalised).
+  config.masking.mixture = ""
+  # static: number of fixed masks per sequence, cycled by epoch (BERT: 10).
+  config.masking.dupe_factor = 10
+  # static: the strategy that makes those masks ('random', 'whole_word', 'span', 'entity' or
+  # 'frequency'); e.g. 'whole_word' reproduces BERT's whole-word-masking data.
+  config.masking.static_strategy = "random"
+  # adaptive: the per-token-id loss estimate updates the selection weights every this many steps.
+  config.masking.adaptive_every_steps = 100
+  # adaptive: weight of the old estimate in the running per-token loss average at each update.
+  config.masking.adaptive_decay = 0.9
+  # Token counts (frequency, unigram) come from at most this many training documents, counted
+  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer.
+  config.masking.stats_max_documents = 10_000
 
   config.model = ml_collections.ConfigDict()
   # BERT-base sizes. The vocabulary size comes from the tokenizer.
@@ -74,6 +114,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.adam_eps = 1e-6
   # Gradients are clipped to this global norm.
   config.train.grad_clip_norm = 1.0
+  # A step with a non-finite loss or gradient is never applied (nor checkpointed). Then 'skip'
+  # goes on with the next batch (logged, counted as `skipped_steps`), stopping only after
+  # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.
+  config.train.nonfinite_policy = "skip"
+  config.train.max_consecutive_skips = 20
+  # Sequence-length phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples
+  # whose fractions sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)). Empty: one phase
+  # with data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
+  config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100
   # Held-out evaluation every this many steps (and at the end), over eval_batches batches.

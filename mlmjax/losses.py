@@ -10,6 +10,17 @@ import jax.numpy as jnp
 from mlmjax.data.tokenizer import MASK_ID
 
 
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """-log softmax(logits)[label] in float32, shaped like `labels`."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
+
+
+# The scalar sums a train/eval step returns; they add up over steps (see summarize).
+SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
+            "nsp_count", "mask_token_correct", "mask_token_count")
+
+
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
              shown_ids_bp: jax.Array | None = None) -> dict[str, jax.Array]:
   """Sums over every masked slot of the (global) batch; padding slots have weight 0.
@@ -18,8 +29,7 @@ def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp:
   really was [MASK]: the 10% of targets left unchanged can be copied from the input, so the
   overall accuracy flatters a model that ignores context.
   """
-  logp_bpv = jax.nn.log_softmax(logits_bpv.astype(jnp.float32), axis=-1)
-  xent_bp = -jnp.take_along_axis(logp_bpv, masked_ids_bp[..., None], axis=-1)[..., 0]
+  xent_bp = cross_entropy(logits_bpv, masked_ids_bp)
   correct_bp = (jnp.argmax(logits_bpv, axis=-1) == masked_ids_bp).astype(jnp.float32)
   sums = {
       "mlm_loss_sum": jnp.sum(xent_bp * masked_weights_bp),
@@ -33,9 +43,44 @@ def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp:
   return sums
 
 
-def mean_loss(sums: dict[str, jax.Array]) -> jax.Array:
-  """Mean cross-entropy per masked token of the global batch (never divides by zero)."""
-  return sums["mlm_loss_sum"] / jnp.maximum(sums["mlm_count"], 1.0)
+def per_token_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array,
+                   masked_weights_bp: jax.Array) -> dict[str, jax.Array]:
+  """Loss sum and count per target vocabulary id, [V] each (adaptive masking's feedback)."""
+  xent_bp = cross_entropy(logits_bpv, masked_ids_bp)
+  zeros_v = jnp.zeros(logits_bpv.shape[-1], jnp.float32)
+  return {"token_loss_sum": zeros_v.at[masked_ids_bp].add(xent_bp * masked_weights_bp),
+          "token_count": zeros_v.at[masked_ids_bp].add(masked_weights_bp)}
+
+
+def nsp_sums(logits_b2: jax.Array, labels_b: jax.Array) -> dict[str, jax.Array]:
+  """NSP/SOP sums over the rows of the (global) batch: every row carries one label."""
+  xent_b = cross_entropy(logits_b2, labels_b)
+  return {
+      "nsp_loss_sum": jnp.sum(xent_b),
+      "nsp_correct": jnp.sum((jnp.argmax(logits_b2, axis=-1) == labels_b).astype(jnp.float32)),
+      "nsp_count": jnp.asarray(labels_b.shape[0], jnp.float32),
+  }
+
+
+def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
+               with_shown_ids: bool = False) -> dict[str, jax.Array]:
+  """All loss/metric sums of a model's outputs on a batch (MLM, plus NSP/SOP if present)."""
+  shown_bp = None
+  if with_shown_ids:
+    shown_bp = jnp.take_along_axis(batch["input_ids"], batch["masked_positions"], axis=1)
+  sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
+  if "nsp_logits" in outputs:
+    sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
+  return sums
+
+
+def total_loss(sums: dict[str, jax.Array]) -> jax.Array:
+  """Mean cross-entropy per masked token of the global batch (never divides by zero), plus
+  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum)."""
+  loss = sums["mlm_loss_sum"] / jnp.maximum(sums["mlm_count"], 1.0)
+  if "nsp_loss_sum" in sums:
+    loss = loss + sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
+  return loss
 
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:
@@ -47,6 +92,10 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
       "mlm_accuracy": float(sums["mlm_correct"]) / count,
       "perplexity": math.exp(min(loss, 69.0)),  # capped near 1e30: no overflow
   }
+  if "nsp_count" in sums:
+    nsp_count = max(float(sums["nsp_count"]), 1.0)
+    out["nsp_loss"] = float(sums["nsp_loss_sum"]) / nsp_count
+    out["nsp_accuracy"] = float(sums["nsp_correct"]) / nsp_count
   if "mask_token_count" in sums:
     out["mask_token_accuracy"] = float(sums["mask_token_correct"]) / max(
         float(sums["mask_token_count"]), 1.0)

@@ -7,9 +7,9 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 from ml_collections import config_flags
 
+from mlmjax import distributed
 from mlmjax import errors
 from mlmjax import metrics
 from mlmjax import train
@@ -20,6 +20,11 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints, tokenizer, metrics; an existing one resumes.")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "HOST:PORT of process 0, for multi-process runs on GPU/CPU"
+    " clusters (TPU pods and SLURM jobs are detected automatically).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0..N-1.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -27,12 +32,12 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   try:
     train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   except errors.UserError as e:
     if _VERBOSE.value:
       raise
-    logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
 

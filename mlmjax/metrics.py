@@ -23,15 +23,41 @@ def quiet_library_logs() -> None:
   logging.get_absl_handler().python_handler.addFilter(keep)
 
 
-class MetricWriter:
-  """`metrics.jsonl` (one object per logged step, with a `step` key) + TensorBoard events."""
+def _drop_rows_after(path: str, step: int) -> None:
+  """Removes the rows of steps after `step` (logged by a run that then crashed before its next
+  checkpoint: the resumed run logs those steps again). Atomic rewrite."""
+  if not os.path.exists(path):
+    return
+  with open(path, encoding="utf-8") as f:
+    lines = f.readlines()
+  keep = []
+  for line in lines:
+    try:
+      if json.loads(line)["step"] <= step:
+        keep.append(line)
+    except (ValueError, KeyError, TypeError):
+      pass  # a line cut short by the crash
+  if len(keep) != len(lines):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+      f.writelines(keep)
+    os.replace(path + ".tmp", path)
 
-  def __init__(self, workdir: str):
+
+class MetricWriter:
+  """`metrics.jsonl` (one object per logged step, with a `step` key) + TensorBoard events.
+
+  Resuming at `resume_step` first drops jsonl rows of later steps, so after any crash the file
+  holds each step once. (TensorBoard shows the re-logged points over the old ones.)
+  """
+
+  def __init__(self, workdir: str, resume_step: int = 0):
     self.enabled = jax.process_index() == 0
     if not self.enabled:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+    path = os.path.join(workdir, "metrics.jsonl")
+    _drop_rows_after(path, resume_step)
+    self._jsonl = open(path, "a", encoding="utf-8")
     self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
   def write(self, step: int, metrics: dict[str, float]) -> None:
@@ -81,6 +107,8 @@ class Throughput:
 def log_progress(step: int, total: int, m: dict[str, float]) -> None:
   parts = [f"step {step}/{total}", f"loss {m['loss']:.4f}", f"mlm_acc {m['mlm_accuracy']:.4f}",
            f"lr {m['learning_rate']:.2e}"]
+  if "nsp_accuracy" in m:
+    parts.insert(3, f"nsp_acc {m['nsp_accuracy']:.4f}")
   if "tokens_per_sec" in m:
     parts += [f"{m['tokens_per_sec']:,.0f} tok/s", f"ETA {_duration(m['eta_sec'])}"]
   logging.info(" | ".join(parts))

@@ -106,9 +106,10 @@ class Block(nnx.Module):
 
 
 class BertForPretraining(nnx.Module):
-  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only."""
+  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only, and with
+  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]."""
 
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs):
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False):
     d, std = cfg.hidden_size, cfg.initializer_range
     if d % cfg.num_heads:
       raise ValueError(f"model.hidden_size={d} is not divisible by model.num_heads={cfg.num_heads}")
@@ -123,6 +124,10 @@ class BertForPretraining(nnx.Module):
     self.mlm_transform = Dense(rngs, d, d, ("embed", None), std)
     self.mlm_norm = LayerNorm(d, cfg.layer_norm_eps)
     self.mlm_bias = _param(None, (vocab_size,), ("vocab",), "zeros")
+    if nsp_head:
+      self.pooler = Dense(rngs, d, d, ("embed", None), std)
+      self.nsp_classifier = Dense(rngs, d, 2, ("embed", None), std)
+    self.nsp_head = nsp_head
     self.rate = cfg.dropout_rate
 
   def encode(self, batch, dropout_key=None):
@@ -145,12 +150,21 @@ class BertForPretraining(nnx.Module):
       x = block(x, mask_b1tt, key)
     return x
 
-  def __call__(self, batch, dropout_key=None):
-    """Returns MLM logits [B, P, V] (float32) at `batch["masked_positions"]`."""
+  def __call__(self, batch, dropout_key=None) -> dict[str, jax.Array]:
+    """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]` and, with the pair head,
+    `nsp_logits` [B, 2] (both float32)."""
     hidden_btd = self.encode(batch, dropout_key)
     positions_bp = batch["masked_positions"]
     hidden_bpd = jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
     h = self.mlm_norm(jax.nn.gelu(self.mlm_transform(hidden_bpd), approximate=False))
     # Decoder tied to the input embedding: the vocab matmul only ever sees P positions, not T.
     logits_bpv = h @ self.token_embedding[...].astype(h.dtype).T
-    return logits_bpv.astype(jnp.float32) + self.mlm_bias[...]
+    out = {"mlm_logits": logits_bpv.astype(jnp.float32) + self.mlm_bias[...]}
+    if self.nsp_head:
+      # BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
+      # example each), then dropout and a 2-way classifier.
+      pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
+      key = None if dropout_key is None else jax.random.fold_in(dropout_key, 1 << 30)
+      pooled_bd = dropout(pooled_bd, self.rate, key)
+      out["nsp_logits"] = self.nsp_classifier(pooled_bd).astype(jnp.float32)
+    return out

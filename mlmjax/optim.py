@@ -26,10 +26,15 @@ def decay_mask(params):
 
 
 def make_optimizer(train_config) -> optax.GradientTransformation:
-  return optax.chain(
+  """Clip + AdamW, behind optax.apply_if_finite: a step whose gradients hold a NaN or Inf
+  changes neither the parameters nor the optimizer state (the trainer's policy then decides
+  whether to go on, see train.nonfinite_policy)."""
+  inner = optax.chain(
       optax.clip_by_global_norm(train_config.grad_clip_norm),
       optax.adamw(
           learning_rate_schedule(train_config),
           b1=train_config.adam_b1, b2=train_config.adam_b2, eps=train_config.adam_eps,
           weight_decay=train_config.weight_decay, mask=decay_mask),
   )
+  # Never "give up and apply" (optax's fallback): the host stops the run instead.
+  return optax.apply_if_finite(inner, max_consecutive_errors=2**31 - 1)

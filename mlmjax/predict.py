@@ -50,7 +50,7 @@ class Predictor:
     self.step = ckpt.latest_step()
     if self.step is None:
       raise errors.UserError(f"{workdir} has no checkpoint yet")
-    state = ckpt.restore(self.step, setup.abstract_state)
+    state, _ = ckpt.restore(self.step, setup.abstract_state)
     ckpt.close()
     self.model = nnx.merge(setup.graphdef, state["params"])
 
@@ -82,7 +82,7 @@ class Predictor:
         "token_type_ids": np.zeros((1, n), np.int32),
         "masked_positions": np.asarray([positions], np.int32),
     }
-    probs = np.asarray(jax.nn.softmax(self.model(batch)[0], axis=-1))  # [P, V]
+    probs = np.asarray(jax.nn.softmax(self.model(batch)["mlm_logits"][0], axis=-1))  # [P, V]
     out = []
     for p in probs:
       best = np.argsort(-p)[:top_k]

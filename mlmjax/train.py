@@ -14,15 +14,20 @@ from absl import logging
 import jax
 import numpy as np
 
+from mlmjax import adaptive as adaptive_lib
 from mlmjax import checkpoint as checkpoint_lib
 from mlmjax import errors
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
+from mlmjax import phases as phases_lib
 from mlmjax import sharding
 from mlmjax import train_state
+from mlmjax.data import formats
+from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import vocab_stats
 
 CONFIG_FILENAME = "config.json"
 
@@ -31,38 +36,74 @@ class ConfigError(errors.UserError):
   """An inconsistent configuration, with a message naming the keys to change."""
 
 
+class NonFiniteError(errors.UserError):
+  """Training produced a NaN/Inf loss or gradient and the policy says stop."""
+
+
 def validate_config(config, mesh: jax.sharding.Mesh) -> None:
-  m, t = config.masking, config.train
-  if not 0.0 < m.mask_rate < 1.0:
-    raise ConfigError(f"masking.mask_rate={m.mask_rate} must be strictly between 0 and 1")
-  if m.mask_token_prob < 0 or m.random_token_prob < 0 or (
-      m.mask_token_prob + m.random_token_prob > 1.0):
-    raise ConfigError("masking.mask_token_prob and masking.random_token_prob must be >= 0 and"
-                      f" sum to <= 1, got {m.mask_token_prob} + {m.random_token_prob}")
-  if config.data.seq_len > config.model.max_position_embeddings:
-    raise ConfigError(f"data.seq_len={config.data.seq_len} exceeds"
-                      f" model.max_position_embeddings={config.model.max_position_embeddings}")
-  if config.data.seq_len < 3:
-    raise ConfigError(f"data.seq_len={config.data.seq_len} must be >= 3 ([CLS] token [SEP])")
+  """Checks what no single component can (the masking keys are checked by the Masker)."""
+  t = config.train
+  if config.data.format not in formats.FORMATS:
+    raise ConfigError(
+        f"data.format={config.data.format!r} is not one of {', '.join(formats.FORMATS)}")
+  fractions = [p[0] for p in config.train.phases]
+  if config.train.phases and (min(fractions) <= 0 or abs(sum(fractions) - 1.0) > 1e-6 or any(
+      len(p) != 3 for p in config.train.phases)):
+    raise ConfigError(f"train.phases={config.train.phases} must be (fraction, seq_len,"
+                      " max_predictions) triples with positive fractions summing to 1")
+  for phase in phases_lib.plan(config):
+    if phase.seq_len > config.model.max_position_embeddings:
+      raise ConfigError(f"data.seq_len={phase.seq_len} exceeds"
+                        f" model.max_position_embeddings={config.model.max_position_embeddings}")
+    min_len = 5 if formats.has_pair_labels(config.data.format) else 3
+    if phase.seq_len < min_len:
+      raise ConfigError(f"data.seq_len={phase.seq_len} must be >= {min_len} for"
+                        f" data.format={config.data.format!r}")
+    # A full row of seq_len - 2 maskable tokens wants this many predictions.
+    wanted = round(config.masking.mask_rate * (phase.seq_len - 2))
+    if 0 < config.masking.mask_rate < 1 and phase.max_predictions < wanted:  # else Masker says
+      raise ConfigError(
+          f"masking.max_predictions_per_seq={phase.max_predictions} is too small for"
+          f" masking.mask_rate={config.masking.mask_rate} at seq_len {phase.seq_len}: a full"
+          f" row wants {wanted} predictions; set it to at least {wanted}")
   dp = sharding.data_parallel_size(mesh)
   if t.batch_size % dp or t.batch_size % jax.process_count():
     raise ConfigError(f"train.batch_size={t.batch_size} must be divisible by the data-parallel"
                       f" size {dp} and the process count {jax.process_count()}")
+  if t.nonfinite_policy not in ("skip", "stop"):
+    raise ConfigError(f"train.nonfinite_policy={t.nonfinite_policy!r} must be 'skip' or 'stop'")
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1):
     raise ConfigError("train.steps and the train.*_every_steps intervals must be >= 1")
 
 
+def _check_writable(workdir: str) -> None:
+  """Fails now, with the reason, rather than at the first checkpoint."""
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, f".write_test.{os.getpid()}")
+    with open(probe, "w", encoding="utf-8") as f:
+      f.write("ok")
+    os.remove(probe)
+  except OSError as e:
+    raise errors.UserError(f"cannot write to --workdir={workdir}: {e.strerror}") from None
+
+
 def _save_config(config, workdir: str) -> None:
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, CONFIG_FILENAME), "w", encoding="utf-8") as f:
+    path = os.path.join(workdir, CONFIG_FILENAME)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
       f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+    os.replace(path + ".tmp", path)  # atomic: a kill never leaves half a config
 
 
-def evaluate(eval_step, params, config, tok, eval_source, mesh) -> dict[str, float]:
-  """Held-out metrics over `train.eval_batches` fixed batches (same masks every time)."""
+def evaluate(eval_step, params, config, tok, stats, gazetteer, eval_source,
+             mesh) -> dict[str, float]:
+  """Held-out metrics over `train.eval_batches` fixed batches (same masks every time: its own
+  masker, so adaptive weights never move the eval set)."""
   totals: dict[str, np.ndarray] = {}
-  for batch in pipeline.make_eval_iter(config, tok, eval_source):
+  masker = masking.Masker(config.masking, stats, gazetteer)
+  for batch in pipeline.make_eval_iter(config, tok, eval_source, masker):
     sums = jax.device_get(eval_step(params, train_state.to_device(batch, mesh)))
     for k, v in sums.items():
       totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
@@ -73,6 +114,33 @@ def evaluate(eval_step, params, config, tok, eval_source, mesh) -> dict[str, flo
   return {f"eval/{k}": v for k, v in out.items()}
 
 
+def _on_nonfinite(step: int, skips: dict[str, int], train_config) -> None:
+  """The update of `step` was not applied (optax.apply_if_finite); stop or go on."""
+  skips["total"] += 1
+  skips["consecutive"] += 1
+  if train_config.nonfinite_policy == "stop":
+    raise NonFiniteError(
+        f"step {step}: non-finite loss or gradients; the update was not applied and nothing"
+        " after the last checkpoint was saved (lower train.learning_rate, or set"
+        " train.nonfinite_policy='skip')")
+  if skips["consecutive"] > train_config.max_consecutive_skips:
+    raise NonFiniteError(
+        f"step {step}: {skips['consecutive']} non-finite steps in a row (more than"
+        f" train.max_consecutive_skips={train_config.max_consecutive_skips}); stopping")
+  logging.warning("step %d: non-finite loss or gradients; update skipped (%d so far)", step,
+                  skips["total"])
+
+
+class _Input:
+  """The current phase's training data: its config, masker and checkpointable iterator."""
+
+  def __init__(self, config, phase: phases_lib.Phase, tok, stats, gazetteer, source):
+    self.phase = phase
+    self.config = phases_lib.phase_config(config, phase)
+    self.masker = masking.Masker(self.config.masking, stats, gazetteer)
+    self.iterator = pipeline.make_train_iter(self.config, tok, source, self.masker)
+
+
 def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> dict[str, float]:
   """Trains (resuming from `workdir` if it holds a checkpoint); returns the last eval metrics.
 
@@ -80,19 +148,31 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   the run continues exactly where it stopped on the next call (e.g. Colab sessions in chunks).
   """
   # ---- workdir, data, tokenizer -------------------------------------------------------------
-  os.makedirs(workdir, exist_ok=True)
-  train_source, eval_source = sources.load_splits(config.data.source,
-                                                  config.data.eval_every_nth_document)
+  _check_writable(workdir)
+  train_source, eval_source = sources.load_splits(
+      config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
   tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source.documents, workdir)
+  stats = vocab_stats.get_vocab_stats(tok, train_source.documents, workdir,
+                                      config.masking.stats_max_documents)
+  gazetteer = (masking.load_gazetteer(config.masking.entity_gazetteer, tok)
+               if config.masking.entity_gazetteer else None)
 
-  # ---- mesh, model, optimizer: the state is created directly sharded ------------------------
+  # ---- mesh, phases, input: everything a bad config can break, before anything is saved ----
   mesh = sharding.make_mesh(config.mesh)
   validate_config(config, mesh)
-  _save_config(config, workdir)
+  ckpt = checkpoint_lib.Checkpointer(workdir, config.train.max_checkpoints_to_keep)
+  phases = phases_lib.plan(config)
+  start = ckpt.latest_step() or 0
+  # The iterator in a checkpoint is that of the phase which trained its last step.
+  data = _Input(config, phases_lib.phase_at(phases, max(start - 1, 0)), tok, stats, gazetteer,
+                train_source)
+
+  # ---- model, optimizer: the state is created directly sharded ------------------------------
+  adaptive = adaptive_lib.TokenLossTable.for_config(config.masking, tok.vocab_size)
   setup = train_state.make_setup(config, tok.vocab_size, mesh)
-  train_step = train_state.make_train_step(setup, config)
+  train_step = train_state.make_train_step(setup, config, per_token_loss=adaptive is not None)
   eval_step = train_state.make_eval_step(setup)
   num_params = sum(int(np.prod(x.shape)) for x in
                    jax.tree.leaves(setup.abstract_state["params"]))
@@ -100,23 +180,36 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
                dict(mesh.shape), mesh.size)
 
   # ---- checkpoint: resume the state and the data iterator together --------------------------
-  ckpt = checkpoint_lib.Checkpointer(workdir, config.train.max_checkpoints_to_keep)
-  train_iter = pipeline.make_train_iter(config, tok, train_source)
-  start = ckpt.latest_step()
-  if start is None:
-    state, start = setup.init_fn(), 0
+  def input_for(step: int):
+    """The iterator in a checkpoint is that of the phase which trained its last step."""
+    nonlocal data
+    phase = phases_lib.phase_at(phases, step - 1)
+    if phase != data.phase:
+      data = _Input(config, phase, tok, stats, gazetteer, train_source)
+    return data.iterator
+
+  restored = ckpt.restore_latest(setup.abstract_state, input_for,
+                                 None if adaptive is None else adaptive.state())
+  if restored is None:
+    start, state = 0, setup.init_fn()
+    data = _Input(config, phases[0], tok, stats, gazetteer, train_source)  # an untouched one
     logging.info("Starting from scratch in %s", workdir)
   else:
-    state = ckpt.restore(start, setup.abstract_state, train_iter)
+    start, state, table, _ = restored
+    if adaptive is not None:
+      adaptive.load(table)
     logging.info("Resumed from checkpoint at step %d in %s", start, ckpt.directory)
+  if adaptive is not None:
+    data.masker.set_token_weights(adaptive.weights())
+  _save_config(config, workdir)  # only now: a config that cannot resume changes nothing
 
   # ---- loop ---------------------------------------------------------------------------------
   total = config.train.steps
-  writer = metrics_lib.MetricWriter(workdir)
-  tokens_per_step = config.train.batch_size * config.data.seq_len
-  throughput = metrics_lib.Throughput(tokens_per_step, total)
+  writer = metrics_lib.MetricWriter(workdir, resume_step=start)
+  throughput = metrics_lib.Throughput(config.train.batch_size * data.phase.seq_len, total)
   interval: dict[str, float] = {}
   eval_metrics: dict[str, float] = {}
+  skips = {"total": 0, "consecutive": 0}
   pending = None  # (step number, metrics) of the step still in flight
 
   def finish(step_done: int, device_metrics) -> None:
@@ -124,11 +217,19 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
     m = jax.device_get(device_metrics)  # note: a host-device sync point (on the previous step)
     if step_done == start + 1:
       throughput.update(step_done)  # start timing after the first step: excludes compilation
-    for k in ("mlm_loss_sum", "mlm_correct", "mlm_count"):
-      interval[k] = interval.get(k, 0.0) + float(m[k])
-    if step_done % config.train.log_every_steps == 0 or step_done == total:
+    if m["nonfinite"]:  # nothing of a skipped step counts
+      _on_nonfinite(step_done, skips, config.train)
+    else:
+      skips["consecutive"] = 0
+      if adaptive is not None:
+        adaptive.add(m["token_loss_sum"], m["token_count"])
+      for k in losses.SUM_KEYS:
+        if k in m:
+          interval[k] = interval.get(k, 0.0) + float(m[k])
+    if (step_done % config.train.log_every_steps == 0 or step_done == total) and interval:
       row = {**losses.summarize(interval), "learning_rate": float(m["learning_rate"]),
-             "grad_norm": float(m["grad_norm"]), **throughput.update(step_done)}
+             "grad_norm": float(m["grad_norm"]), "skipped_steps": skips["total"],
+             **throughput.update(step_done)}
       metrics_lib.log_progress(step_done, total, row)
       writer.write(step_done, row)
       interval.clear()
@@ -139,7 +240,14 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   last = total if stop_after is None else min(total, stop_after)
   try:
     for step in range(start, last):
-      batch = train_state.to_device(next(train_iter), mesh)
+      if step >= data.phase.end:  # next sequence-length phase: new shapes, same state
+        data = _Input(config, phases[data.phase.index + 1], tok, stats, gazetteer, train_source)
+        if adaptive is not None:
+          data.masker.set_token_weights(adaptive.weights())
+        throughput.tokens_per_step = config.train.batch_size * data.phase.seq_len
+        logging.info("Phase %d from step %d: seq_len %d, max_predictions %d", data.phase.index,
+                     step, data.phase.seq_len, data.phase.max_predictions)
+      batch = train_state.to_device(next(data.iterator), mesh)
       state, step_metrics = train_step(state, batch)
       # At most two steps in flight: block on the previous one (needed by the CPU backend with
       # many devices, and free elsewhere since the device is still busy with this step).
@@ -147,16 +255,35 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
         finish(*pending)
       pending = (step + 1, step_metrics)
       done = step + 1
-      if done % config.train.checkpoint_every_steps == 0 or done == last:
-        ckpt.save(done, state, train_iter)
-      if done % config.train.eval_every_steps == 0 or done == total:
+      # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
+      preempted = ckpt.reached_preemption(done)
+      boundary = {
+          "checkpoint": done % config.train.checkpoint_every_steps == 0 or done == last
+                        or preempted,
+          "eval": (done % config.train.eval_every_steps == 0 or done == total) and not preempted,
+          "adaptive": adaptive is not None and adaptive.due(done),
+      }
+      if any(boundary.values()):  # host-side state below must include step `done`
         finish(*pending)
         pending = None
-        eval_metrics = evaluate(eval_step, state["params"], config, tok, eval_source, mesh)
+      if boundary["adaptive"]:
+        adaptive.refresh()
+        data.masker.set_token_weights(adaptive.weights())
+      if boundary["checkpoint"]:
+        ckpt.save(done, state, data.iterator,
+                  token_losses=None if adaptive is None else adaptive.state())
+      if boundary["eval"]:
+        eval_metrics = evaluate(eval_step, state["params"], data.config, tok, stats, gazetteer,
+                                eval_source, mesh)
         logging.info("eval at step %d: %s", done,
                      ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in eval_metrics.items()))
         writer.write(done, eval_metrics)
         throughput.update(done)  # keep eval time out of the next tokens/s
+      if preempted:
+        last = done
+        logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run the"
+                        " same command again to continue from there", done)
+        break
     if pending is not None:
       finish(*pending)
   finally:  # also on errors: let a pending async save finish rather than lose it

@@ -20,6 +20,7 @@ from mlmjax import losses
 from mlmjax import model as model_lib
 from mlmjax import optim
 from mlmjax import sharding
+from mlmjax.data import formats
 
 State = dict[str, Any]
 
@@ -37,7 +38,8 @@ class Setup:
 
 
 def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretraining:
-  return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed))
+  return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
+                                     nsp_head=formats.has_pair_labels(config.data.format))
 
 
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
@@ -64,8 +66,12 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
 
-def make_train_step(setup: Setup, config) -> Callable[[State, dict], tuple[State, dict]]:
-  """(state, batch) -> (state, metrics); donates the old state's buffers."""
+def make_train_step(setup: Setup, config, per_token_loss: bool = False
+                    ) -> Callable[[State, dict], tuple[State, dict]]:
+  """(state, batch) -> (state, metrics); donates the old state's buffers.
+
+  `per_token_loss` adds `token_loss_sum`/`token_count` [V] to the metrics (adaptive masking).
+  """
   schedule = optim.learning_rate_schedule(config.train)
   dropout_base = jax.random.PRNGKey(config.seed)
 
@@ -74,17 +80,22 @@ def make_train_step(setup: Setup, config) -> Callable[[State, dict], tuple[State
     key = jax.random.fold_in(dropout_base, state["step"])
 
     def loss_fn(params):
-      logits_bpv = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
-      sums = losses.mlm_sums(logits_bpv, batch["masked_ids"], batch["masked_weights"])
-      return losses.mean_loss(sums), sums
+      outputs = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
+      sums = losses.model_sums(outputs, batch)
+      return losses.total_loss(sums), (sums, outputs["mlm_logits"])
 
-    grads, sums = jax.grad(loss_fn, has_aux=True)(state["params"])
+    grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(state["params"])
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"])
     new_state = {"step": state["step"] + 1,
                  "params": optax.apply_updates(state["params"], updates),
                  "opt_state": opt_state}
-    metrics = {**sums, "grad_norm": optax.global_norm(grads),
-               "learning_rate": schedule(state["step"])}
+    grad_norm = optax.global_norm(grads)
+    metrics = {**sums, "grad_norm": grad_norm, "learning_rate": schedule(state["step"]),
+               # 1 when the optimizer skipped this update (NaN/Inf in loss or gradients).
+               "nonfinite": 1.0 - jnp.isfinite(grad_norm).astype(jnp.float32)}
+    if per_token_loss:
+      metrics.update(losses.per_token_sums(mlm_logits_bpv, batch["masked_ids"],
+                                           batch["masked_weights"]))
     return new_state, metrics
 
   batch_sharding = sharding.batch_sharding(setup.mesh)
@@ -97,11 +108,10 @@ def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
   """(params, batch) -> metric sums and a target histogram, without dropout."""
 
   def eval_step(params, batch):
-    logits_bpv = nnx.merge(setup.graphdef, params)(batch)
-    shown_bp = jnp.take_along_axis(batch["input_ids"], batch["masked_positions"], axis=1)
-    sums = losses.mlm_sums(logits_bpv, batch["masked_ids"], batch["masked_weights"], shown_bp)
+    outputs = nnx.merge(setup.graphdef, params)(batch)
+    sums = losses.model_sums(outputs, batch, with_shown_ids=True)
     # Histogram of the targets, for the best constant predictor's accuracy (the baseline).
-    sums["target_histogram"] = jnp.zeros(logits_bpv.shape[-1], jnp.float32).at[
+    sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[
         batch["masked_ids"]].add(batch["masked_weights"])
     return sums
 

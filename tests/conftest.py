@@ -31,6 +31,21 @@ def tokenizer_path(corpus, tmp_path_factory):
   return path
 
 
+@pytest.fixture(scope="session")
+def vocab_stats_for_tests(tokenizer_path, corpus):
+  """Word/frequency tables of the session tokenizer over the built-in training split."""
+  from mlmjax.data import vocab_stats  # pylint: disable=g-import-not-at-top
+  return vocab_stats.compute(tokenizer_lib.Tokenizer.load(tokenizer_path), corpus[0].documents,
+                             300)
+
+
+@pytest.fixture
+def make_masker(vocab_stats_for_tests):
+  """config -> the Masker a run with that config would use (session tokenizer's tables)."""
+  from mlmjax.data import masking  # pylint: disable=g-import-not-at-top
+  return lambda config: masking.Masker(config.masking, vocab_stats_for_tests)
+
+
 @pytest.fixture
 def micro_config(tokenizer_path):
   """A very small model/batch for fast unit-level training tests (8-device divisible)."""

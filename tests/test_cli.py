@@ -54,3 +54,29 @@ def test_cli_reports_bad_config_key(tmp_path):
               "--config.train.stepz=3")
   assert proc.returncode != 0
   assert "stepz" in proc.stderr
+
+
+def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
+  """A preset file with a size argument, plus strategy and format switches on the command line."""
+  workdir = str(tmp_path / "run")
+  proc = _run("mlmjax.main", "--config=configs/bert.py:tiny", f"--workdir={workdir}",
+              f"--config.tokenizer.path={tokenizer_path}", "--config.masking.strategy=span",
+              "--config.data.format=sop", "--config.train.phases=((0.5, 32, 5), (0.5, 64, 10))",
+              "--config.train.steps=4", "--config.train.batch_size=8",
+              "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
+              "--config.train.eval_batches=1", "--config.train.warmup_steps=1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "nsp_acc" in proc.stderr and "nsp_accuracy" in proc.stderr
+  assert "Phase 1 from step 2: seq_len 64, max_predictions 10" in proc.stderr
+  saved = json.load(open(os.path.join(workdir, "config.json")))
+  assert saved["masking"]["strategy"] == "span" and saved["data"]["format"] == "sop"
+
+
+def test_cli_bad_masking_value_is_one_line(tmp_path):
+  proc = _run("mlmjax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}",
+              "--config.masking.strategy=spam", "--config.tokenizer.vocab_size=300")
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: masking.strategy='spam' is not one of random, whole_word, span, entity,"
+      " frequency, mixture, static, adaptive")
+  assert "Traceback" not in proc.stderr

@@ -136,3 +136,9 @@ def test_uniforms_look_uniform():
   hist = np.histogram(u, bins=16, range=(0, 1))[0]
   expected = u.size / 16
   assert np.all(np.abs(hist - expected) < 5 * np.sqrt(expected))
+
+
+def test_uniforms_are_strictly_inside_the_unit_interval_even_for_all_zero_inputs():
+  u = masking.uniform(0, 0, 0, np.arange(4), 8)
+  assert u.min() > 0.0 and u.max() < 1.0
+  assert len(np.unique(u)) == u.size  # no fixed point of the hash at zero

@@ -41,7 +41,7 @@ def test_masked_only_head_equals_full_projection_at_those_positions(micro_config
   model = _model(micro_config)
   batch = _row([2, 10, 11, 12, 13, 14, 3], [2, 20, 21, 4, 23, 3])
   batch["masked_positions"] = np.array([[1, 3, 10, 0]], np.int32)
-  logits_bpv = model(batch)
+  logits_bpv = model(batch)["mlm_logits"]
   assert logits_bpv.shape == (1, 4, 512)
   # Reference: project every position, then pick.
   h = model.encode(batch)
@@ -72,3 +72,16 @@ def test_type_zero_adds_nothing_and_type_one_does(micro_config):
   after = np.asarray(model.encode(batch))
   np.testing.assert_array_equal(before[0, :5], after[0, :5])
   assert not np.allclose(before[0, 5:9], after[0, 5:9])
+
+
+def test_nsp_head_reads_the_first_cls_only(micro_config):
+  model = model_lib.BertForPretraining(micro_config.model, 512, nnx.Rngs(params=0), nsp_head=True)
+  batch = _row([2, 10, 11, 3, 12, 13, 3], [])
+  batch["token_type_ids"][0, 4:7] = 1
+  batch["masked_positions"] = np.array([[1, 4]], np.int32)
+  out = model(batch)
+  assert out["nsp_logits"].shape == (1, 2)
+  pooled = jnp.tanh(model.pooler(model.encode(batch)[:, 0]))
+  np.testing.assert_allclose(np.asarray(out["nsp_logits"]),
+                             np.asarray(model.nsp_classifier(pooled)), rtol=1e-5, atol=1e-6)
+  assert "nsp_logits" not in _model(micro_config)(batch)  # no head unless asked for

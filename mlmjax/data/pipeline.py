@@ -1,12 +1,13 @@
-"""The grain input pipeline: documents -> tokens -> packed rows -> batches -> fresh masks.
+"""The grain input pipeline: documents -> sentences -> rows -> batches -> fresh masks.
 
-    MapDataset(documents)[process::processes]   each process reads only its own shard
-      .shuffle(seed).repeat()                   a new document order every epoch
-      .map(tokenize)                            sentencepiece, lazily, per document
-      -> FlatMap(chunk) -> FirstFitPack         fixed-length rows with segment_ids/positions
+    MapDataset.range(documents)[process::processes]   each process reads only its own shard
+      .shuffle(seed).repeat()                         a new document order every epoch
+      .map_with_index(load)                           read + split sentences + sentencepiece,
+                                                      lazily; the index gives the epoch
+      -> formats.make_rows                            fixed-length rows (packed or pairs)
       .batch(local_batch)
-      .map_with_index(mask)                     index == global train step: masks depend only on
-                                                (seed, step, global example index)
+      .map_with_index(mask)                           index == step within the phase: masks
+                                                      depend only on (seed, step, example)
 
 The iterator's state (grain's own, including the batch counter) is checkpointed with the model,
 so a resumed run sees exactly the batches and masks it would have seen.
@@ -15,7 +16,6 @@ so a resumed run sees exactly the batches and masks it would have seen.
 from __future__ import annotations
 
 from collections.abc import Iterator
-import functools
 import itertools
 
 import grain
@@ -24,65 +24,105 @@ import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data import sentences as sentences_lib
 from mlmjax.data import sources as sources_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 
-# Eval masks come from their own seed so they never coincide with a training step's masks.
+# Eval masks and negatives come from their own seed so they never coincide with training's.
 _EVAL_SEED_OFFSET = 1_000_003
+# Keys the masker needs that the device does not.
+_HOST_ONLY = ("sequence_keys", "epochs")
 
 
-class _Tokenize:
-  """Picklable map: document text -> int32 ids (lines joined by spaces)."""
+class DocumentReader:
+  """Picklable: source index -> the document's tokenized sentences (empty ones dropped)."""
 
-  def __init__(self, model_proto: bytes):
+  def __init__(self, source, model_proto: bytes):
+    self.source = source
     self._model_proto = model_proto
-    self._tok = None
+    self._sp = None
 
-  def __call__(self, text: str) -> np.ndarray:
-    if self._tok is None:  # built lazily so grain worker processes each load their own
-      self._tok = tokenizer_lib.Tokenizer(self._model_proto)
-    return np.asarray(self._tok.sp.encode(text.replace("\n", " ")), np.int32)
+  def sentences(self, index: int) -> list[np.ndarray]:
+    if self._sp is None:  # built lazily so grain worker processes each load their own
+      self._sp = tokenizer_lib.Tokenizer(self._model_proto).sp
+    ids = self._sp.encode(sentences_lib.split_sentences(self.source[index]))
+    return [np.asarray(s, np.int32) for s in ids if s]
+
+  def random_other(self, rng: np.random.Generator, not_index: int) -> list[np.ndarray]:
+    """A random non-empty document other than `not_index` (for NSP negatives)."""
+    n = len(self.source)
+    for _ in range(20):
+      j = int(rng.integers(n - 1))
+      j += j >= not_index  # uniform over the other n - 1 documents
+      sentences = self.sentences(j)
+      if sentences:
+        return sentences
+    return self.sentences(not_index)  # a corpus of (nearly) empty documents
 
 
-def _mask(step: int, batch: dict[str, np.ndarray], *, seed: int, first_example: int,
-          vocab_size: int, masking_config) -> dict[str, np.ndarray]:
-  num_rows = batch["input_ids"].shape[0]
-  example_ids = first_example + np.arange(num_rows)
-  return masking.mask_batch(
-      batch, seed=seed, step=step, example_ids=example_ids, vocab_size=vocab_size,
-      mask_rate=masking_config.mask_rate, mask_token_prob=masking_config.mask_token_prob,
-      random_token_prob=masking_config.random_token_prob,
-      max_predictions=masking_config.max_predictions_per_seq)
+class _LoadDocument:
+  """(stream index, source index) -> formats.Document."""
+
+  def __init__(self, reader: DocumentReader, docs_per_epoch: int, epoch_period: int):
+    self.reader = reader
+    self.docs_per_epoch = docs_per_epoch
+    self.epoch_period = epoch_period
+
+  def __call__(self, i: int, doc_index: int) -> formats.Document:
+    epoch = i // self.docs_per_epoch
+    key = epoch % self.epoch_period if self.epoch_period else epoch
+    return formats.Document(int(doc_index), key, self.reader.sentences(int(doc_index)))
+
+
+class _Mask:
+  """(step, host batch) -> masked batch without the host-only keys."""
+
+  def __init__(self, masker: masking.Masker, seed: int, first_example: int):
+    self.masker = masker
+    self.seed = seed
+    self.first_example = first_example
+
+  def __call__(self, step: int, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    example_ids = self.first_example + np.arange(batch["input_ids"].shape[0])
+    out = self.masker(batch, seed=self.seed, step=step, example_ids=example_ids)
+    return {k: v for k, v in out.items() if k not in _HOST_ONLY}
 
 
 def local_batch_size(global_batch: int) -> int:
   return global_batch // jax.process_count()
 
 
-def _make_dataset(config, tok: tokenizer_lib.Tokenizer, source: sources_lib.TextSource,
+def _make_dataset(config, tok: tokenizer_lib.Tokenizer, source, masker: masking.Masker,
                   seed: int, shuffle: bool) -> grain.IterDataset:
   local_batch = local_batch_size(config.train.batch_size)
-  docs = grain.MapDataset.source(source)[jax.process_index()::jax.process_count()]
+  reader = DocumentReader(source, tok.model_proto)
+  doc_ids = grain.MapDataset.range(len(source))[jax.process_index()::jax.process_count()]
+  if len(doc_ids) == 0:
+    raise sources_lib.DataError(
+        f"{source!r} has {len(source)} documents: fewer than the {jax.process_count()} processes")
   if shuffle:
-    docs = docs.shuffle(seed=seed)
-  docs = docs.repeat(None).map(_Tokenize(tok.model_proto))
-  rows = formats.pack_full_sentences(
-      docs.to_iter_dataset(), config.data.seq_len, num_bins=local_batch, seed=seed)
+    doc_ids = doc_ids.shuffle(seed=seed)
+  # BERT's static masking repeats its data every dupe_factor epochs: so do the rows built here.
+  static = "static" in masking.strategies_in_use(config.masking)
+  period = config.masking.dupe_factor if static else 0
+  docs = doc_ids.repeat(None).map_with_index(_LoadDocument(reader, len(doc_ids), period))
+  rows = formats.make_rows(docs.to_iter_dataset(), config.data.format, config.data.seq_len,
+                           seed, num_bins=local_batch, random_document=reader.random_other,
+                           keep_origin=static)
   batches = rows.batch(local_batch, drop_remainder=True)
-  return batches.map_with_index(functools.partial(
-      _mask, seed=seed, first_example=jax.process_index() * local_batch,
-      vocab_size=tok.vocab_size, masking_config=config.masking))
+  return batches.map_with_index(_Mask(masker, seed, jax.process_index() * local_batch))
 
 
-def make_train_iter(config, tok, source) -> grain.DatasetIterator:
+def make_train_iter(config, tok, source, masker) -> grain.DatasetIterator:
   """Endless iterator of this process's slice of each global training batch."""
-  return iter(_make_dataset(config, tok, source, config.seed, shuffle=True))
+  return iter(_make_dataset(config, tok, source, masker, config.seed, shuffle=True))
 
 
-def make_eval_iter(config, tok, source) -> Iterator[dict[str, np.ndarray]]:
+def make_eval_iter(config, tok, source, masker) -> Iterator[dict[str, np.ndarray]]:
   """The same `config.train.eval_batches` held-out batches, with the same masks, every time.
 
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
   """
-  ds = _make_dataset(config, tok, source, config.seed + _EVAL_SEED_OFFSET, shuffle=False)
+  ds = _make_dataset(config, tok, source, masker, config.seed + _EVAL_SEED_OFFSET,
+                     shuffle=False)
   return itertools.islice(iter(ds), config.train.eval_batches)

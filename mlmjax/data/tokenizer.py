@@ -117,6 +117,11 @@ def get_tokenizer(tokenizer_config, train_documents: Iterable[str], workdir: str
   saved = os.path.join(workdir, MODEL_FILENAME)
   if os.path.exists(saved):
     tok = Tokenizer.load(saved)
+    if tokenizer_config.path and Tokenizer.load(tokenizer_config.path).model_proto != (
+        tok.model_proto):
+      raise TokenizerError(
+          f"config.tokenizer.path={tokenizer_config.path!r} is not the tokenizer this run was"
+          f" trained with ({saved}); drop the setting to resume, or use a new --workdir")
     logging.info("Reusing tokenizer %s (%d pieces)", saved, len(tok))
     return tok
   if tokenizer_config.path:

@@ -1,0 +1,24 @@
+"""SpanBERT (Joshi et al., 2020) recipe: span masking, single 512-token segments, no NSP.
+
+Use: python -m mlmjax.main --config=configs/spanbert.py:base --workdir=runs/spanbert
+
+Published: spans of whole words with length ~ Geometric(p=0.2) clipped at 10 (mean 3.8),
+15% of tokens masked (80/10/10 per span), no NSP, one contiguous segment of up to 512 tokens
+per row (DOC-SENTENCES here), BERT's AdamW (lr 1e-4, warmup 10k, linear decay, eps 1e-6,
+weight decay 0.01), batch 256, 2.4M steps. (The span-boundary objective is not implemented.)
+"""
+
+from configs import bert
+
+
+def get_config(size: str = "base"):
+  config = bert.get_config(size)
+  config.data.format = "doc_sentences"
+  config.data.seq_len = 512
+  config.train.phases = ()
+  config.masking.strategy = "span"
+  config.masking.span_p = 0.2
+  config.masking.span_max_words = 10
+  config.masking.max_predictions_per_seq = 80
+  config.train.steps = 2_400_000
+  return config

@@ -1,0 +1,64 @@
+"""Recipe presets carry the published hyperparameters."""
+
+import pytest
+
+from configs import bert, mosaicbert, roberta, spanbert, wwm
+from mlmjax import phases
+
+BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
+              "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16)}
+
+
+@pytest.mark.parametrize("size", BERT_SIZES)
+def test_bert(size):
+  c = bert.get_config(size)
+  layers, hidden, heads = BERT_SIZES[size]
+  assert (c.model.num_layers, c.model.hidden_size, c.model.num_heads) == (layers, hidden, heads)
+  assert c.model.intermediate_size == 4 * hidden
+  assert c.data.format == "segment_pair"  # segment pairs + NSP
+  assert (c.masking.strategy, c.masking.mask_rate) == ("random", 0.15)
+  assert (c.masking.mask_token_prob, c.masking.random_token_prob) == (0.8, 0.1)
+  assert (c.train.learning_rate, c.train.warmup_steps) == (1e-4, 10_000)
+  assert (c.train.batch_size, c.train.steps) == (256, 1_000_000)
+  assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.999, 1e-6)
+  assert c.train.weight_decay == 0.01
+  assert c.train.phases == ((0.9, 128, 20), (0.1, 512, 80))
+  plan = phases.plan(c)
+  assert [(p.start, p.end, p.seq_len, p.max_predictions) for p in plan] == [
+      (0, 900_000, 128, 20), (900_000, 1_000_000, 512, 80)]
+  assert c.model.max_position_embeddings == 512
+
+
+@pytest.mark.parametrize("size,lr,warmup,layers", [("base", 6e-4, 24_000, 12),
+                                                   ("large", 4e-4, 30_000, 24)])
+def test_roberta(size, lr, warmup, layers):
+  c = roberta.get_config(size)
+  assert c.model.num_layers == layers
+  assert c.data.format == "full_sentences" and c.data.seq_len == 512  # no NSP
+  assert c.train.batch_size == 8192
+  assert (c.train.learning_rate, c.train.warmup_steps) == (lr, warmup)
+  assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.98, 1e-6)
+  assert c.train.weight_decay == 0.01
+  assert c.train.steps == 500_000
+  assert c.masking.max_predictions_per_seq >= round(0.15 * 510)
+
+
+def test_spanbert_wwm_and_30_percent():
+  s = spanbert.get_config()
+  assert (s.masking.strategy, s.masking.span_p, s.masking.span_max_words) == ("span", 0.2, 10)
+  assert s.data.format == "doc_sentences" and s.data.seq_len == 512  # no NSP
+  w = wwm.get_config("large")
+  assert w.masking.strategy == "whole_word" and w.data.format == "segment_pair"
+  assert w.model.num_layers == 24
+  m = mosaicbert.get_config()
+  assert m.masking.mask_rate == 0.30 and m.data.seq_len == 128
+  assert m.masking.max_predictions_per_seq >= round(0.30 * 126)
+  assert (m.train.batch_size, m.train.steps, m.train.learning_rate) == (4096, 70_000, 5e-4)
+  assert m.train.warmup_steps == round(0.06 * 70_000)
+  assert (m.train.adam_b2, m.train.adam_eps) == (0.98, 1e-6)
+  assert m.data.format == "full_sentences"
+
+
+def test_unknown_size_is_a_clear_error():
+  with pytest.raises(ValueError, match="unknown BERT size 'huge'; choose one of tiny, mini"):
+    bert.get_config("huge")
