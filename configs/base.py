@@ -23,6 +23,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Local documents longer than this many characters are split at whitespace (with a warning),
   # so a file without line breaks cannot blow up memory or a single row of work.
   config.data.max_document_chars = 100_000
+  # Data shards: shard s reads documents s::num_shards and fills rows s*B/n..(s+1)*B/n of
+  # every global batch of B rows; each process reads a block of shards. 0: one per process.
+  # Keep it fixed (e.g. a multiple of every process count you may use) and the batches, and a
+  # checkpoint's data position, are the same on any number of processes.
+  config.data.num_shards = 0
   # Tokens per packed row, including [CLS]/[SEP] of every packed sequence.
   config.data.seq_len = 128
   # How documents become rows (RoBERTa's taxonomy; see mlmjax/data/formats.py):
@@ -96,6 +101,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Std of the truncated-normal initializer (BERT: 0.02).
   config.model.initializer_range = 0.02
   config.model.layer_norm_eps = 1e-12
+  # Position information: 'learned' absolute embeddings added to the input (BERT), or 'rope'
+  # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
+  # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
+  config.model.position_embedding_type = "learned"
   # Activation dtype ('float32' or 'bfloat16'); parameters and optimizer state stay float32.
   config.model.dtype = "float32"
 
@@ -104,7 +113,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.steps = 1_000_000
   # Global batch size in rows, over all processes and devices.
   config.train.batch_size = 256
-  # AdamW: peak learning rate after linear warmup, then linear decay to end_learning_rate.
+  # Gradient accumulation: each step splits the global batch into this many micro-batches
+  # (inside the jitted step, lax.scan) and applies one update; the result equals the whole
+  # batch at once, at the memory of one micro-batch, e.g. RoBERTa's 8K batch on a few devices.
+  # batch_size must be divisible by grad_accum_steps x data x fsdp (the data-parallel size).
+  config.train.grad_accum_steps = 1
+  # 'adamw', or 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe);
+  # both use the learning rate, schedule, adam_* and weight_decay keys below.
+  config.train.optimizer = "adamw"
+  # Peak learning rate after linear warmup, then linear decay to end_learning_rate.
   config.train.learning_rate = 1e-4
   config.train.warmup_steps = 10_000
   config.train.end_learning_rate = 0.0
@@ -134,15 +151,17 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.mesh = ml_collections.ConfigDict()
   # Device mesh shape over the axes ('data', 'fsdp', 'tensor'); -1 takes the remaining devices.
-  # (-1, 1, 1) is pure data parallelism over every device.
+  # (-1, 1, 1) is pure data parallelism; (1, -1, 1) FSDP (the batch is split over data and
+  # fsdp, parameters and optimizer state over fsdp); (-1, 1, 2) data x 2-way tensor parallel.
   config.mesh.shape = (-1, 1, 1)
-  # Logical parameter axis -> mesh axis (None: replicated). With fsdp = tensor = 1 these are
-  # no-ops; raise those mesh axes to shard parameters and optimizer state.
+  # Logical parameter axis -> mesh axis (None: replicated); see mlmjax/sharding.py. A mesh axis
+  # shards at most one dimension per parameter; a dimension it does not divide is replicated
+  # (with a warning naming the parameters). Axes of size 1 make their rules no-ops.
   config.mesh.rules = (
-      ("embed", "fsdp"),
-      ("mlp", "tensor"),
-      ("heads", "tensor"),
-      ("kv", None),
-      ("vocab", "tensor"),
+      ("embed", "fsdp"),  # the hidden dimension of every matrix and embedding: ZeRO-3 storage
+      ("mlp", "tensor"),  # MLP hidden units (Megatron column/row split)
+      ("heads", "tensor"),  # attention heads
+      ("kv", None),  # the size of one head stays whole
+      ("vocab", "tensor"),  # the (tied) token embedding / output bias rows
   )
   return config

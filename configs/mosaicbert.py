@@ -25,5 +25,7 @@ def get_config(size: str = "base"):
   config.train.warmup_steps = 4_200  # 6% of 70K
   config.train.adam_b2 = 0.98
   config.train.adam_eps = 1e-6
-  config.train.weight_decay = 1e-5
+  # Composer's DecoupledAdamW decays by weight_decay * lr / peak_lr per step; optax's adamw by
+  # lr * weight_decay. The same decay in optax terms: 1e-5 / 5e-4 = 0.02.
+  config.train.weight_decay = 1e-5 / 5e-4
   return config

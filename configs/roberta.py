@@ -1,7 +1,8 @@
 """RoBERTa (Liu et al., 2019) recipe: no NSP, FULL-SENTENCES, dynamic masking, huge batches.
 
 Use: python -m mlmjax.main --config=configs/roberta.py:base --workdir=runs/roberta-base
-(an 8K batch needs many devices or gradient accumulation).
+(an 8K batch needs many devices, or --config.train.grad_accum_steps=K to run it as K
+micro-batches inside each step).
 
 Published hyperparameters (paper Table 9): batch 8K sequences of 512 tokens, 500K steps, peak
 lr 6e-4 (base) / 4e-4 (large), warmup 24K / 30K steps then linear decay, Adam betas

@@ -2,8 +2,12 @@
 
 Chosen by measurement on a 2-core CPU (see README): 128 wide with 4 heads of 32 learns faster
 per second than 256 wide; short rows (64 tokens, KJV verses are ~30) and a small batch give
-many updates; 1e-3 is about the highest peak a post-LN model of this size takes without
-stalling at the unigram solution.
+many updates; 1e-3 is about the highest peak a post-LN model of this size takes.
+
+Rotary position embeddings instead of BERT's learned table: with the learned table this model
+sat at the "copy the input + predict frequent tokens" plateau for at least 3,000 steps
+(accuracy on [MASK] inputs 7%, the constant baseline 6.5%); with RoPE it learns to use its
+neighbours within ~200 steps (25% at step 400, 40% at step 3,000; measured here).
 """
 
 from configs import base
@@ -19,6 +23,7 @@ def get_config():
   config.model.num_heads = 4
   config.model.intermediate_size = 512
   config.model.max_position_embeddings = 128
+  config.model.position_embedding_type = "rope"
   # A few epochs of a small corpus: regularisation only slows learning down here.
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0

@@ -1,6 +1,7 @@
 """orbax checkpoints of {train state, grain data iterator}, written together, asynchronously.
 
-Layout: WORKDIR/checkpoints/<step>/{state,data[,token_losses]}. Resuming restores them
+Layout: WORKDIR/checkpoints/<step>/{state,data[,token_losses]}, `data` being the JSON grain
+position of every data shard (so it restores onto any process count). Resuming restores them
 together, so the data order and the masks continue exactly where they stopped. Restoring takes
 an abstract state whose leaves carry the *target* shardings, so a checkpoint can be read back
 onto any mesh.
@@ -20,13 +21,21 @@ import shutil
 from typing import Any, Callable
 
 from absl import logging
-import grain
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mlmjax import distributed
 from mlmjax import errors
+from mlmjax.data import pipeline
+
+
+def _global_data_position(data_iter: pipeline.ShardedIterator) -> dict:
+  """The data position of every shard, gathered from all processes (a collective)."""
+  parts = distributed.allgather_json(data_iter.get_state())
+  return {"num_shards": parts[0]["num_shards"],
+          "shards": {k: v for part in parts for k, v in part["shards"].items()}}
 
 
 class CheckpointWriteError(errors.UserError):
@@ -95,11 +104,20 @@ class Checkpointer:
     """A checkpoint of another model is a config problem, not damage: say so, touch nothing."""
     try:
       saved_tree = ocp.StandardCheckpointer().metadata(
-          os.path.join(self.directory, str(step), "state")).item_metadata["params"]
+          os.path.join(self.directory, str(step), "state")).item_metadata
     except Exception:  # pylint: disable=broad-except  # unreadable: restore decides
       return
-    saved, wanted = _param_shapes(saved_tree), _param_shapes(abstract_state["params"])
+    saved, wanted = _param_shapes(saved_tree["params"]), _param_shapes(abstract_state["params"])
     if saved == wanted:
+      # Same model; the optimizer state must match too (e.g. adamw vs lamb). Its paths are
+      # stored differently from optax's named tuples, so compare the arrays' shapes.
+      saved_opt = sorted(_param_shapes(saved_tree["opt_state"]).values())
+      wanted_opt = sorted(_param_shapes(abstract_state["opt_state"]).values())
+      if saved_opt != wanted_opt:
+        raise CheckpointMismatchError(
+            f"the checkpoints in {self.directory} hold another optimizer's state"
+            f" ({len(saved_opt)} arrays there, {len(wanted_opt)} in this config): resume with"
+            " the run's train.optimizer, or use a new --workdir")
       return
     vocab_key = "token_embedding"
     if vocab_key in saved and saved[vocab_key][0] != wanted[vocab_key][0]:
@@ -129,12 +147,12 @@ class Checkpointer:
     multihost_utils.sync_global_devices(f"mlmjax_set_aside_{step}")
     self.manager.reload()
 
-  def save(self, step: int, state, data_iter: grain.DatasetIterator,
+  def save(self, step: int, state, data_iter: pipeline.ShardedIterator,
            token_losses: dict[str, np.ndarray] | None = None) -> None:
     """Starts an async save; device arrays are copied out before this returns, so the caller
     may donate `state` to the next step right away. `token_losses`: adaptive masking's table."""
     args = {"state": ocp.args.StandardSave(state),
-            "data": grain.checkpoint.CheckpointSave(data_iter)}
+            "data": ocp.args.JsonSave(_global_data_position(data_iter))}
     if token_losses is not None:
       # Copies: the host keeps updating its table while the save runs in the background.
       args["token_losses"] = ocp.args.StandardSave({k: v.copy() for k, v in token_losses.items()})
@@ -159,16 +177,19 @@ class Checkpointer:
           f" complete checkpoints are intact: fix this and run the same command again to"
           f" resume from {resume}") from e
 
-  def restore(self, step: int, abstract_state, data_iter: grain.DatasetIterator | None = None,
+  def restore(self, step: int, abstract_state,
+              data_iter: pipeline.ShardedIterator | None = None,
               token_losses_like: dict[str, np.ndarray] | None = None):
     """Returns (state on `abstract_state`'s shardings, token_losses or None); restores the
     iterator in place if given."""
     args = {"state": ocp.args.StandardRestore(abstract_state)}
     if data_iter is not None:
-      args["data"] = grain.checkpoint.CheckpointRestore(data_iter)
+      args["data"] = ocp.args.JsonRestore()
     if token_losses_like is not None:
       args["token_losses"] = ocp.args.StandardRestore(token_losses_like)
     restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    if data_iter is not None:
+      data_iter.set_state(restored["data"])
     return restored["state"], restored.get("token_losses")
 
   def close(self) -> None:

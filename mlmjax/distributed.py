@@ -13,17 +13,23 @@ train loop and orbax's `reached_preemption`).
 
 from __future__ import annotations
 
+import glob
+import json
 import os
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 import portpicker
 
 
 def _in_a_cluster() -> bool:
-  """A multi-worker TPU slice or a multi-task SLURM job, which jax can configure by itself."""
-  tpu_hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  """A TPU VM (jax finds its pod-slice peers through the GCE metadata server, or GKE's
+  TPU_WORKER_HOSTNAMES) or a multi-task SLURM job: jax configures those by itself."""
+  tpu_vm = (os.path.exists("/dev/accel0") or bool(glob.glob("/dev/vfio/[0-9]*"))
+            or "TPU_WORKER_HOSTNAMES" in os.environ)
   slurm_tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
-  return "," in tpu_hosts or slurm_tasks > 1
+  return tpu_vm or slurm_tasks > 1
 
 
 def initialize(coordinator_address: str | None, num_processes: int | None,
@@ -34,5 +40,21 @@ def initialize(coordinator_address: str | None, num_processes: int | None,
   elif _in_a_cluster():
     jax.distributed.initialize()
   else:
-    jax.distributed.initialize(coordinator_address=f"localhost:{portpicker.pick_unused_port()}",
-                               num_processes=1, process_id=0)
+    _initialize_single_process()
+
+
+def _initialize_single_process() -> None:
+  jax.distributed.initialize(coordinator_address=f"localhost:{portpicker.pick_unused_port()}",
+                             num_processes=1, process_id=0)
+
+
+def allgather_json(obj) -> list:
+  """Every process's JSON-serialisable `obj`, in process order (a collective: all must call)."""
+  if jax.process_count() == 1:
+    return [obj]
+  data = np.frombuffer(json.dumps(obj).encode("utf-8"), np.uint8)
+  lengths = np.asarray(multihost_utils.process_allgather(np.array([len(data)], np.int32)))
+  padded = np.zeros(int(lengths.max()), np.uint8)
+  padded[:len(data)] = data
+  everyone = np.asarray(multihost_utils.process_allgather(padded))
+  return [json.loads(bytes(row[:n])) for row, n in zip(everyone, lengths.ravel())]

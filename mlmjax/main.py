@@ -7,6 +7,8 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
+import jax
 from ml_collections import config_flags
 
 from mlmjax import distributed
@@ -20,6 +22,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Directory for checkpoints, tokenizer, metrics; an existing one resumes.")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
+_STOP_AFTER = flags.DEFINE_integer(
+    "stop_after", None, "Stop at this step with a checkpoint (the schedule still follows"
+    " train.steps); running again continues. For time-sliced jobs.")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "HOST:PORT of process 0, for multi-process runs on GPU/CPU"
     " clusters (TPU pods and SLURM jobs are detected automatically).")
@@ -33,8 +38,10 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  if jax.process_index() > 0:  # one progress log per run: process 0's (others warn only)
+    logging.set_verbosity(logging.WARNING)
   try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after=_STOP_AFTER.value)
   except errors.UserError as e:
     if _VERBOSE.value:
       raise

@@ -59,6 +59,17 @@ class Dense(nnx.Module):
     return x @ self.kernel[...].astype(x.dtype) + self.bias[...].astype(x.dtype)
 
 
+def apply_rope(x_btnh: jax.Array, positions_bt: jax.Array, base: float = 10000.0) -> jax.Array:
+  """Rotary position embedding (RoFormer, ModernBERT), rotate-half form: rotates each
+  (i, i + H/2) pair of a head by position * base^(-2i/H), so q.k depends only on t - s."""
+  h = x_btnh.shape[-1]
+  inv_freq = base ** (-jnp.arange(h // 2, dtype=jnp.float32) / (h // 2))
+  angle = positions_bt.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
+  cos, sin = jnp.cos(angle)[:, :, None, :], jnp.sin(angle)[:, :, None, :]
+  x1, x2 = x_btnh[..., :h // 2].astype(jnp.float32), x_btnh[..., h // 2:].astype(jnp.float32)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_btnh.dtype)
+
+
 class SelfAttention(nnx.Module):
 
   def __init__(self, cfg, rngs):
@@ -71,10 +82,12 @@ class SelfAttention(nnx.Module):
     self.out_bias = _param(None, (d,), ("embed",), "zeros")
     self.attention_dropout = cfg.attention_dropout_rate
 
-  def __call__(self, x_btd, mask_b1tt, key):
+  def __call__(self, x_btd, mask_b1tt, key, rope_positions_bt=None):
     dt = x_btd.dtype
     qkv = jnp.einsum("btd,sdnh->sbtnh", x_btd, self.qkv_kernel[...].astype(dt))
     q, k, v = qkv + self.qkv_bias[...].astype(dt)[:, None, None]
+    if rope_positions_bt is not None:
+      q, k = apply_rope(q, rope_positions_bt), apply_rope(k, rope_positions_bt)
     scores_bntt = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32)
     scores_bntt = scores_bntt * (q.shape[-1] ** -0.5)
     scores_bntt = jnp.where(mask_b1tt, scores_bntt, jnp.finfo(jnp.float32).min)
@@ -97,9 +110,9 @@ class Block(nnx.Module):
     self.mlp_norm = LayerNorm(d, cfg.layer_norm_eps)
     self.rate = cfg.dropout_rate
 
-  def __call__(self, x, mask, key):
+  def __call__(self, x, mask, key, rope_positions_bt=None):
     keys = [None] * 3 if key is None else list(jax.random.split(key, 3))
-    y = self.attention(x, mask, keys[0])
+    y = self.attention(x, mask, keys[0], rope_positions_bt)
     x = self.attention_norm(x + dropout(y, self.rate, keys[1]))
     y = self.mlp_out(jax.nn.gelu(self.mlp_in(x), approximate=False))
     return self.mlp_norm(x + dropout(y, self.rate, keys[2]))
@@ -115,8 +128,10 @@ class BertForPretraining(nnx.Module):
       raise ValueError(f"model.hidden_size={d} is not divisible by model.num_heads={cfg.num_heads}")
     self.dtype = jnp.dtype(cfg.dtype)
     self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
-    self.position_embedding = _param(
-        rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
+    self.rope = cfg.position_embedding_type == "rope"
+    if not self.rope:  # 'learned': BERT's absolute position table, added to the input
+      self.position_embedding = _param(
+          rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
     # Zero-initialised for the same reason that type 0 adds nothing (see encode).
     self.type_embedding = _param(None, (cfg.type_vocab_size, d), (None, "embed"), "zeros")
     self.embedding_norm = LayerNorm(d, cfg.layer_norm_eps)
@@ -138,8 +153,11 @@ class BertForPretraining(nnx.Module):
     # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
     # measured). Only types >= 1 add their (zero-initialised) embedding.
     type_bt1 = (types > 0)[..., None]
-    x = (self.token_embedding[...][ids] + self.position_embedding[...][batch["positions"]]
-         + jnp.where(type_bt1, self.type_embedding[...][types], 0.0))
+    x = self.token_embedding[...][ids] + jnp.where(type_bt1, self.type_embedding[...][types], 0.0)
+    if not self.rope:
+      x = x + self.position_embedding[...][batch["positions"]]
+    # rope: positions enter every layer's q.k instead (relative offsets, shared weights).
+    rope_positions_bt = batch["positions"] if self.rope else None
     keys = (None,) * (len(self.blocks) + 1) if dropout_key is None else tuple(
         jax.random.split(dropout_key, len(self.blocks) + 1))
     x = dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
@@ -147,7 +165,7 @@ class BertForPretraining(nnx.Module):
     # Block-diagonal: a token sees the tokens of its own packed sequence; padding (0) sees none.
     mask_b1tt = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0))[:, None]
     for block, key in zip(self.blocks, keys[1:]):
-      x = block(x, mask_b1tt, key)
+      x = block(x, mask_b1tt, key, rope_positions_bt)
     return x
 
   def __call__(self, batch, dropout_key=None) -> dict[str, jax.Array]:

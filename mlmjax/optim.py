@@ -1,9 +1,17 @@
-"""Optimizer: global-norm clipping + AdamW with warmup and linear decay, no decay on LN/bias."""
+"""Optimizer: global-norm clipping + AdamW or LAMB, warmup and linear decay, no decay on LN/bias."""
 
 from __future__ import annotations
 
 import jax
 import optax
+
+from mlmjax import errors
+
+OPTIMIZERS = ("adamw", "lamb")
+
+
+class OptimizerError(errors.UserError):
+  """An unknown or inconsistent optimizer setting."""
 
 
 def learning_rate_schedule(train_config) -> optax.Schedule:
@@ -26,15 +34,25 @@ def decay_mask(params):
 
 
 def make_optimizer(train_config) -> optax.GradientTransformation:
-  """Clip + AdamW, behind optax.apply_if_finite: a step whose gradients hold a NaN or Inf
-  changes neither the parameters nor the optimizer state (the trainer's policy then decides
-  whether to go on, see train.nonfinite_policy)."""
+  """Clip + AdamW or LAMB, behind optax.apply_if_finite: a step whose gradients hold a NaN or
+  Inf changes neither the parameters nor the optimizer state (the trainer's policy then
+  decides whether to go on, see train.nonfinite_policy).
+
+  LAMB (You et al., 2019; NVIDIA's large-batch BERT recipe) is Adam's update with weight decay,
+  rescaled per parameter tensor by the trust ratio ||w|| / ||update||, so every layer moves by
+  about learning_rate x its own norm whatever the scale of its gradients: what lets batches of
+  32K-64K sequences train at high learning rates. Both share the adam_* keys, the decay mask and
+  the schedule; NVIDIA also clips the global gradient norm before LAMB, as done here.
+  """
+  name = train_config.optimizer
+  if name not in OPTIMIZERS:
+    raise OptimizerError(f"train.optimizer={name!r} is not one of {', '.join(OPTIMIZERS)}")
+  factory = optax.adamw if name == "adamw" else optax.lamb
   inner = optax.chain(
       optax.clip_by_global_norm(train_config.grad_clip_norm),
-      optax.adamw(
-          learning_rate_schedule(train_config),
-          b1=train_config.adam_b1, b2=train_config.adam_b2, eps=train_config.adam_eps,
-          weight_decay=train_config.weight_decay, mask=decay_mask),
+      factory(learning_rate_schedule(train_config), b1=train_config.adam_b1,
+              b2=train_config.adam_b2, eps=train_config.adam_eps,
+              weight_decay=train_config.weight_decay, mask=decay_mask),
   )
   # Never "give up and apply" (optax's fallback): the host stops the run instead.
   return optax.apply_if_finite(inner, max_consecutive_errors=2**31 - 1)

@@ -12,6 +12,7 @@ import time
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 
 from mlmjax import adaptive as adaptive_lib
@@ -43,6 +44,9 @@ class NonFiniteError(errors.UserError):
 def validate_config(config, mesh: jax.sharding.Mesh) -> None:
   """Checks what no single component can (the masking keys are checked by the Masker)."""
   t = config.train
+  if config.model.position_embedding_type not in ("learned", "rope"):
+    raise ConfigError(f"model.position_embedding_type={config.model.position_embedding_type!r}"
+                      " must be 'learned' or 'rope'")
   if config.data.format not in formats.FORMATS:
     raise ConfigError(
         f"data.format={config.data.format!r} is not one of {', '.join(formats.FORMATS)}")
@@ -70,6 +74,7 @@ def validate_config(config, mesh: jax.sharding.Mesh) -> None:
   if t.batch_size % dp or t.batch_size % jax.process_count():
     raise ConfigError(f"train.batch_size={t.batch_size} must be divisible by the data-parallel"
                       f" size {dp} and the process count {jax.process_count()}")
+  sharding.micro_batch_size(t.batch_size, t.grad_accum_steps, mesh)  # raises if uneven
   if t.nonfinite_policy not in ("skip", "stop"):
     raise ConfigError(f"train.nonfinite_policy={t.nonfinite_policy!r} must be 'skip' or 'stop'")
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
@@ -87,6 +92,15 @@ def _check_writable(workdir: str) -> None:
     os.remove(probe)
   except OSError as e:
     raise errors.UserError(f"cannot write to --workdir={workdir}: {e.strerror}") from None
+
+
+def _process_0_first(make):
+  """Process 0 makes (and saves in the shared workdir) what the others then load: one
+  tokenizer per run, not one per process."""
+  if jax.process_index() == 0:
+    out = make()
+  multihost_utils.sync_global_devices("mlmjax_process_0_first")
+  return out if jax.process_index() == 0 else make()
 
 
 def _save_config(config, workdir: str) -> None:
@@ -153,9 +167,11 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
       config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
-  tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source.documents, workdir)
-  stats = vocab_stats.get_vocab_stats(tok, train_source.documents, workdir,
-                                      config.masking.stats_max_documents)
+  def tokenizer_and_stats():
+    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source.documents, workdir)
+    return tok, vocab_stats.get_vocab_stats(tok, train_source.documents, workdir,
+                                            config.masking.stats_max_documents)
+  tok, stats = _process_0_first(tokenizer_and_stats)
   gazetteer = (masking.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)
 

@@ -33,6 +33,8 @@ class Setup:
   tx: optax.GradientTransformation
   mesh: jax.sharding.Mesh
   state_shardings: State
+  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py).
+  compute_shardings: dict
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
@@ -56,35 +58,101 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
 
   abstract = jax.eval_shape(init)
   replicated = sharding.replicated(mesh)
+  # Optimizer moments (Adam/LAMB mu, nu) are sharded exactly like their parameters (so FSDP
+  # shards them too); counters and other non-parameter leaves are replicated scalars.
   opt_shardings = optax.tree_map_params(
       tx, lambda _, s: s, abstract["opt_state"], param_shardings,
       transform_non_params=lambda _: replicated)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
+      compute_shardings=sharding.compute_shardings(param_shardings),
       abstract_state=checkpoint.abstract_with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
+
+
+def _global_counts(batch: dict) -> dict[str, jax.Array]:
+  """The denominators of losses.total_loss for the WHOLE global batch: masked tokens, and rows
+  (NSP/SOP: one label per row). A micro-batch's loss divided by these, summed over the
+  micro-batches, is exactly the big batch's loss, and so are its gradients."""
+  return {"mlm_count": jnp.sum(batch["masked_weights"]),
+          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+
+
+def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
+  """[B, ...] -> [k, B/k, ...] with micro-batch j = rows j, j+k, j+2k, ...: each device's
+  contiguous block of rows splits into k equal parts of its own, so every micro-batch stays
+  sharded over the batch axes and the split moves no data between devices."""
+  spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, sharding.BATCH_AXES))
+
+  def split(x):
+    x = x.reshape(x.shape[0] // k, k, *x.shape[1:]).swapaxes(0, 1)
+    return jax.lax.with_sharding_constraint(x, spec)
+  return jax.tree.map(split, batch)
 
 
 def make_train_step(setup: Setup, config, per_token_loss: bool = False
                     ) -> Callable[[State, dict], tuple[State, dict]]:
   """(state, batch) -> (state, metrics); donates the old state's buffers.
 
-  `per_token_loss` adds `token_loss_sum`/`token_count` [V] to the metrics (adaptive masking).
+  With `train.grad_accum_steps` k > 1 the global batch is split into k micro-batches inside
+  the step (lax.scan): gradients and metric sums add up over them and one update is applied,
+  equal to that of the whole batch. `per_token_loss` adds `token_loss_sum`/`token_count` [V]
+  to the metrics (adaptive masking).
   """
   schedule = optim.learning_rate_schedule(config.train)
   dropout_base = jax.random.PRNGKey(config.seed)
+  k = int(config.train.grad_accum_steps)
+  sharding.micro_batch_size(config.train.batch_size, k, setup.mesh)  # fails early if uneven
 
-  def train_step(state: State, batch: dict) -> tuple[State, dict]:
-    # The device's only randomness: dropout, a pure function of (seed, step).
-    key = jax.random.fold_in(dropout_base, state["step"])
-
+  def grads_and_sums(params, batch, key, counts):
+    """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
+      # FSDP: gather each weight over fsdp for compute; autodiff turns this into the
+      # reduce-scatter of its gradient. A no-op without an fsdp axis.
+      params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)
       outputs = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
       sums = losses.model_sums(outputs, batch)
-      return losses.total_loss(sums), (sums, outputs["mlm_logits"])
+      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}})
+      return loss, (sums, outputs["mlm_logits"])
 
-    grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(state["params"])
+    grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(params)
+    if per_token_loss:
+      sums.update(losses.per_token_sums(mlm_logits_bpv, batch["masked_ids"],
+                                        batch["masked_weights"]))
+    return grads, sums
+
+  def accumulate(params, batch, key, counts):
+    """Sums of gradients and metrics over k micro-batches, one at a time (the memory of one)."""
+    micro = split_micro_batches(batch, k, setup.mesh)
+
+    def add_one(acc, xs):
+      i, micro_batch = xs
+      grads, sums = grads_and_sums(params, micro_batch, jax.random.fold_in(key, i), counts)
+      # The accumulator is sharded like the parameters: under FSDP each micro-batch's
+      # gradients are reduce-scattered into it, never held whole.
+      grads = jax.lax.with_sharding_constraint(grads, setup.state_shardings["params"])
+      return jax.tree.map(jnp.add, acc, (grads, sums)), None
+
+    first = jax.tree.map(lambda x: x[0], micro)
+    shapes = jax.eval_shape(grads_and_sums, params, first, key, counts)
+    zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
+    zeros = (jax.lax.with_sharding_constraint(zeros[0], setup.state_shardings["params"]),
+             zeros[1])
+    (grads, sums), _ = jax.lax.scan(add_one, zeros, (jnp.arange(k), micro))
+    return grads, sums
+
+  def train_step(state: State, batch: dict) -> tuple[State, dict]:
+    # The device's only randomness: dropout, a pure function of (seed, step [, micro-batch]).
+    key = jax.random.fold_in(dropout_base, state["step"])
+    counts = _global_counts(batch)
+    if k == 1:
+      grads, sums = grads_and_sums(state["params"], batch, key, counts)
+    else:
+      grads, sums = accumulate(state["params"], batch, key, counts)
+    # The global counts are already reduced over devices (the loss needed them first): report
+    # those rather than reducing the same sums a second time.
+    sums.update({c: counts[c] for c in counts if c in sums})
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"])
     new_state = {"step": state["step"] + 1,
                  "params": optax.apply_updates(state["params"], updates),
@@ -93,9 +161,6 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
     metrics = {**sums, "grad_norm": grad_norm, "learning_rate": schedule(state["step"]),
                # 1 when the optimizer skipped this update (NaN/Inf in loss or gradients).
                "nonfinite": 1.0 - jnp.isfinite(grad_norm).astype(jnp.float32)}
-    if per_token_loss:
-      metrics.update(losses.per_token_sums(mlm_logits_bpv, batch["masked_ids"],
-                                           batch["masked_weights"]))
     return new_state, metrics
 
   batch_sharding = sharding.batch_sharding(setup.mesh)
@@ -108,6 +173,7 @@ def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
   """(params, batch) -> metric sums and a target histogram, without dropout."""
 
   def eval_step(params, batch):
+    params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)  # as in training
     outputs = nnx.merge(setup.graphdef, params)(batch)
     sums = losses.model_sums(outputs, batch, with_shown_ids=True)
     # Histogram of the targets, for the best constant predictor's accuracy (the baseline).

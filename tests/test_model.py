@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from mlmjax import model as model_lib
@@ -23,7 +24,9 @@ def _row(doc_a, doc_b, length=32):
           "token_type_ids": np.zeros_like(ids)}
 
 
-def test_documents_in_one_row_do_not_see_each_other(micro_config):
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_documents_in_one_row_do_not_see_each_other(micro_config, positions):
+  micro_config.model.position_embedding_type = positions
   model = _model(micro_config)
   doc_a = [2, 10, 11, 12, 13, 14, 3]
   doc_b = [2, 20, 21, 22, 23, 24, 25, 26, 3]
@@ -85,3 +88,18 @@ def test_nsp_head_reads_the_first_cls_only(micro_config):
   np.testing.assert_allclose(np.asarray(out["nsp_logits"]),
                              np.asarray(model.nsp_classifier(pooled)), rtol=1e-5, atol=1e-6)
   assert "nsp_logits" not in _model(micro_config)(batch)  # no head unless asked for
+
+
+def test_rope_sees_only_relative_positions(micro_config):
+  micro_config.model.position_embedding_type = "rope"
+  model = _model(micro_config)
+  assert not hasattr(model, "position_embedding")  # no absolute table at all
+  batch = _row([2, 10, 11, 12, 13, 14, 3], [])
+  shifted = dict(batch, positions=batch["positions"] + 7 * (batch["segment_ids"] > 0))
+  np.testing.assert_allclose(np.asarray(model.encode(batch)), np.asarray(model.encode(shifted)),
+                             rtol=2e-4, atol=2e-5)
+  # The learned table, in contrast, sees absolute positions.
+  micro_config.model.position_embedding_type = "learned"
+  learned = _model(micro_config)
+  assert not np.allclose(np.asarray(learned.encode(batch)), np.asarray(learned.encode(shifted)),
+                         atol=1e-3)

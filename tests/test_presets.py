@@ -56,6 +56,8 @@ def test_spanbert_wwm_and_30_percent():
   assert (m.train.batch_size, m.train.steps, m.train.learning_rate) == (4096, 70_000, 5e-4)
   assert m.train.warmup_steps == round(0.06 * 70_000)
   assert (m.train.adam_b2, m.train.adam_eps) == (0.98, 1e-6)
+  # Decoupled weight decay 1e-5 (Composer) = optax adamw's weight_decay * peak lr.
+  assert abs(m.train.weight_decay * m.train.learning_rate - 1e-5) < 1e-12
   assert m.data.format == "full_sentences"
 
 

@@ -70,7 +70,7 @@ def test_resume_is_bit_identical(tmp_path, micro_config, strategy, data_format):
 
 def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, make_masker):
   assert jax.device_count() == 8
-  micro_config.model.dropout_rate = 0.0  # dropout masks are sharding-dependent by design
+  micro_config.model.dropout_rate = 0.0  # (dropout on: see test_sharding.py)
   micro_config.model.attention_dropout_rate = 0.0
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
   it = pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config))

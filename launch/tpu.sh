@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# mlmjax on a Cloud TPU VM or pod slice, one gcloud command per step. See launch/README.md.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+usage() {
+  cat <<'USAGE'
+usage: launch/tpu.sh ACTION --name=NAME --zone=ZONE [options] [-- MLMJAX_FLAGS...]
+
+actions (every one runs gcloud; --dry-run prints the commands instead):
+  create    create the TPU VM / pod slice
+  install   copy mlmjax to every worker and set up Python 3.11 + jax[tpu] there
+  train     start `python -m mlmjax.main` detached on every worker (log per worker);
+            flags after -- go to mlmjax, e.g. -- --config.train.steps=10000
+  logs      tail the training log of one worker (--worker, default 0)
+  stop      SIGTERM the run on every worker: it saves a checkpoint and exits (as on
+            preemption); `train` again resumes from the workdir
+  delete    delete the TPU VM / pod slice
+
+options (flag, or the environment variable in brackets):
+  --name=NAME               TPU name (MLMJAX_TPU_NAME), required
+  --zone=ZONE               e.g. us-central2-b (MLMJAX_TPU_ZONE), required
+  --project=PROJECT         GCP project (MLMJAX_TPU_PROJECT); default: gcloud's
+  --accelerator-type=TYPE   create: v4-8, v4-32, v5litepod-16, ... (MLMJAX_TPU_ACCELERATOR_TYPE;
+                            default v4-8)
+  --version=VERSION         create: TPU software version (MLMJAX_TPU_VERSION; default
+                            tpu-ubuntu2204-base; v5e: v2-alpha-tpuv5-lite, v6e: v2-alpha-tpuv6e)
+  --spot                    create: a Spot TPU (cheaper, preemptible)
+  --repo=URL                install: git clone URL on the workers (MLMJAX_REPO); default: copy
+                            this checkout's commit --ref with git archive + scp
+  --ref=REF                 install: commit, branch or tag to install (MLMJAX_REF; default HEAD)
+  --config=CONFIG           train: config file in the tree (MLMJAX_CONFIG; default
+                            configs/tiny.py)
+  --workdir=DIR             train: run directory, the same for every worker: a shared
+                            filesystem for pods (MLMJAX_WORKDIR), required for train
+  --worker=W                all, 0, 1, ... (default: all; logs: 0)
+  --lines=N                 logs: lines of history (default 100)
+  --no-follow               logs: print and exit instead of following
+  --yes                     delete: do not ask for confirmation
+  --dry-run                 print each command (prefixed "+ ") instead of running it
+  -h, --help                this text
+USAGE
+}
+
+ACTION=""
+NAME=${MLMJAX_TPU_NAME:-}
+ZONE=${MLMJAX_TPU_ZONE:-}
+PROJECT=${MLMJAX_TPU_PROJECT:-}
+ACCELERATOR_TYPE=${MLMJAX_TPU_ACCELERATOR_TYPE:-v4-8}
+VERSION=${MLMJAX_TPU_VERSION:-tpu-ubuntu2204-base}
+REPO=${MLMJAX_REPO:-}
+REF=${MLMJAX_REF:-HEAD}
+CONFIG=${MLMJAX_CONFIG:-configs/tiny.py}
+WORKDIR=${MLMJAX_WORKDIR:-}
+WORKER=""
+LINES=100
+FOLLOW=1
+SPOT=0
+YES=0
+EXTRA=()
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -h | --help) usage; exit 0 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    --spot) SPOT=1; shift ;;
+    --yes) YES=1; shift ;;
+    --no-follow) FOLLOW=0; shift ;;
+    --) shift; EXTRA=("$@"); break ;;
+    --name | --name=* | --zone | --zone=* | --project | --project=* | --accelerator-type | \
+      --accelerator-type=* | --version | --version=* | --repo | --repo=* | --ref | --ref=* | \
+      --config | --config=* | --workdir | --workdir=* | --worker | --worker=* | --lines | \
+      --lines=*)
+      take_value "$@"
+      shift "$SHIFT"
+      case $OPT in
+        --name) NAME=$VAL ;;
+        --zone) ZONE=$VAL ;;
+        --project) PROJECT=$VAL ;;
+        --accelerator-type) ACCELERATOR_TYPE=$VAL ;;
+        --version) VERSION=$VAL ;;
+        --repo) REPO=$VAL ;;
+        --ref) REF=$VAL ;;
+        --config) CONFIG=$VAL ;;
+        --workdir) WORKDIR=$VAL ;;
+        --worker) WORKER=$VAL ;;
+        --lines) LINES=$VAL ;;
+      esac
+      ;;
+    -*) die "unknown option $1" ;;
+    *)
+      [[ -z $ACTION ]] || die "one action at a time (got '$ACTION' and '$1')"
+      ACTION=$1
+      shift
+      ;;
+  esac
+done
+
+case $ACTION in
+  create | install | train | logs | stop | delete) ;;
+  "") die "no action given: create, install, train, logs, stop or delete" ;;
+  *) die "unknown action '$ACTION': create, install, train, logs, stop or delete" ;;
+esac
+[[ -n $NAME ]] || die "--name is required (or set MLMJAX_TPU_NAME)"
+[[ -n $ZONE ]] || die "--zone is required (or set MLMJAX_TPU_ZONE)"
+if [[ ${#EXTRA[@]} -gt 0 && $ACTION != train ]]; then
+  die "flags after -- are for 'train' only"
+fi
+
+TPU=(gcloud compute tpus tpu-vm)
+WHERE=("--zone=$ZONE")
+[[ -z $PROJECT ]] || WHERE+=("--project=$PROJECT")
+
+# Runs COMMAND (a shell command line) on the workers, from their home directory.
+on_workers() {
+  run "${TPU[@]}" ssh "$NAME" "${WHERE[@]}" "--worker=${WORKER:-all}" "--command=$1"
+}
+
+# The worker-side script, in the tree that `install` put in ~/mlmjax.
+WORKER_SH="bash mlmjax/launch/worker.sh"
+
+case $ACTION in
+  create)
+    args=("--accelerator-type=$ACCELERATOR_TYPE" "--version=$VERSION")
+    [[ $SPOT == 0 ]] || args+=(--spot)
+    run "${TPU[@]}" create "$NAME" "${WHERE[@]}" "${args[@]}"
+    ;;
+  install)
+    if [[ -n $REPO ]]; then
+      fetch="{ [ -d mlmjax/.git ] || git clone --quiet $(quote "$REPO") mlmjax; }"
+      fetch+=" && git -C mlmjax fetch --quiet origin $(quote "$REF")"
+      fetch+=" && git -C mlmjax checkout --quiet --detach FETCH_HEAD"
+    else
+      # A commit, not the working tree: every worker gets exactly the same code.
+      if [[ -n $(git -C "$MLMJAX_ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]
+      then
+        warn "uncommitted changes in $MLMJAX_ROOT are not installed (it copies $REF)"
+      fi
+      tarball=${TMPDIR:-/tmp}/mlmjax-$NAME.tar.gz
+      run git -C "$MLMJAX_ROOT" archive --format=tar.gz "--output=$tarball" "$REF"
+      run "${TPU[@]}" scp "$tarball" "$NAME:mlmjax.tar.gz" "${WHERE[@]}" "--worker=${WORKER:-all}"
+      run rm -f "$tarball"
+      fetch="mkdir -p mlmjax && tar -xzf mlmjax.tar.gz -C mlmjax && rm mlmjax.tar.gz"
+    fi
+    on_workers "$fetch && $WORKER_SH setup"
+    ;;
+  train)
+    [[ -n $WORKDIR ]] || die "train needs --workdir (or MLMJAX_WORKDIR): the same directory on every worker"
+    on_workers "$WORKER_SH train $(quote_all "--config=$CONFIG" "--workdir=$WORKDIR" ${EXTRA[@]+"${EXTRA[@]}"})"
+    ;;
+  logs)
+    [[ $LINES =~ ^[0-9]+$ ]] || die "--lines needs a number, not '$LINES'"
+    follow=""
+    [[ $FOLLOW == 0 ]] || follow=" --follow"
+    WORKER=${WORKER:-0}
+    on_workers "$WORKER_SH logs --lines=$LINES$follow"
+    ;;
+  stop)
+    on_workers "$WORKER_SH stop"
+    ;;
+  delete)
+    args=()
+    [[ $YES == 0 ]] || args+=(--quiet)
+    run "${TPU[@]}" delete "$NAME" "${WHERE[@]}" ${args[@]+"${args[@]}"}
+    ;;
+esac

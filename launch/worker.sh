@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs ON each TPU VM worker: launch/tpu.sh calls it over ssh on all of them, from the copy of
+# mlmjax that `tpu.sh install` put there. Works by hand on any single machine too.
+set -euo pipefail
+
+usage() {
+  cat <<'USAGE'
+usage: launch/worker.sh ACTION
+
+  setup            a Python 3.11 venv (made with uv) with jax[tpu] and this tree, editable
+  train FLAGS...   python -m mlmjax.main FLAGS..., detached, appending to the log; refuses
+                   to start a second run
+  stop             SIGTERM to that run: mlmjax saves a checkpoint and exits 0
+  logs [--lines=N] [--follow]
+
+environment: MLMJAX_VENV (default ~/mlmjax-venv), MLMJAX_LOG_DIR (default ~/mlmjax-logs,
+holding train.log and train.pid), MLMJAX_JAX_EXTRA (default tpu: installs "jax[tpu]")
+USAGE
+}
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${MLMJAX_VENV:-$HOME/mlmjax-venv}
+LOG_DIR=${MLMJAX_LOG_DIR:-$HOME/mlmjax-logs}
+LOG=$LOG_DIR/train.log
+PID_FILE=$LOG_DIR/train.pid
+
+running_pid() {  # the pid of a live training run started here, or nothing
+  local pid
+  [[ -f $PID_FILE ]] || return 0
+  pid=$(<"$PID_FILE")
+  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+    echo "$pid"
+  fi
+}
+
+setup() {
+  # TPU VM images ship Python 3.10; mlmjax needs >= 3.11, so uv provides one in a venv.
+  local uv=$HOME/.local/bin/uv
+  if [[ ! -x $uv ]]; then
+    curl -LsSf https://astral.sh/uv/install.sh | sh
+  fi
+  "$uv" venv --quiet --allow-existing --python=3.11 "$VENV"
+  # mlmjax's own requirements pin the jax version; [tpu] adds the matching libtpu.
+  "$uv" pip install --quiet --python="$VENV/bin/python" "jax[${MLMJAX_JAX_EXTRA:-tpu}]" \
+    --editable="$ROOT"
+  "$VENV/bin/python" -c 'import jax, mlmjax; print("mlmjax ready: jax", jax.__version__)'
+}
+
+train() {
+  local pid
+  pid=$(running_pid)
+  if [[ -n $pid ]]; then
+    echo "error: mlmjax is already training on $(hostname) (pid $pid); stop it first" >&2
+    exit 1
+  fi
+  mkdir -p "$LOG_DIR"
+  echo "==== $(date -u +%FT%TZ) start: python -m mlmjax.main $*" >>"$LOG"
+  # Detached from the ssh session; relative --config paths are relative to the tree.
+  cd "$ROOT"
+  nohup "$VENV/bin/python" -m mlmjax.main "$@" >>"$LOG" 2>&1 </dev/null &
+  echo $! >"$PID_FILE"
+  echo "mlmjax started on $(hostname): pid $!, log $LOG"
+}
+
+stop() {
+  local pid
+  pid=$(running_pid)
+  if [[ -z $pid ]]; then
+    echo "mlmjax is not running on $(hostname)"
+    return 0
+  fi
+  # What a preemption sends: every process agrees on a step, saves it and exits.
+  kill -TERM "$pid"
+  echo "sent SIGTERM to mlmjax on $(hostname) (pid $pid); it saves a checkpoint, then exits"
+}
+
+logs() {
+  local lines=100 follow=()
+  while [[ $# -gt 0 ]]; do
+    case $1 in
+      --lines=*) lines=${1#*=} ;;
+      --follow) follow=(-F) ;;
+      *) echo "error: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+  done
+  if [[ ! -f $LOG && ${#follow[@]} -eq 0 ]]; then
+    echo "no log yet on $(hostname) ($LOG)"
+    return 0
+  fi
+  tail -n "$lines" "${follow[@]}" "$LOG"
+}
+
+case ${1:-} in
+  setup | train | stop | logs)
+    action=$1
+    shift
+    "$action" "$@"
+    ;;
+  -h | --help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

