@@ -27,12 +27,12 @@ def get_config():
   # A few epochs of a small corpus: regularisation only slows learning down here.
   config.model.dropout_rate = 0.0
   config.model.attention_dropout_rate = 0.0
-  config.train.steps = 2400
+  config.train.steps = 2000
   config.train.batch_size = 32
   config.train.learning_rate = 1e-3
   config.train.warmup_steps = 100
   config.train.log_every_steps = 100
-  config.train.eval_every_steps = 600
+  config.train.eval_every_steps = 500
   config.train.eval_batches = 20
-  config.train.checkpoint_every_steps = 600
+  config.train.checkpoint_every_steps = 500
   return config

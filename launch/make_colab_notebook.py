@@ -26,8 +26,8 @@ run this notebook on CPU with a few steps that way)."""),
     ("code", "settings", """\
 import os
 
-# Training steps: 2400 is configs/tiny.py's run (see the README for what it learns).
-STEPS = int(os.environ.get("MLMJAX_NOTEBOOK_STEPS", 2400))
+# Training steps: 2000 is configs/tiny.py's run (see the README for what it learns).
+STEPS = int(os.environ.get("MLMJAX_NOTEBOOK_STEPS", 2000))
 # Checkpoints, tokenizer and metrics.jsonl. On Colab, a folder on a mounted Google Drive
 # survives a lost runtime: running the notebook again then resumes from it.
 WORKDIR = os.environ.get("MLMJAX_NOTEBOOK_WORKDIR", "runs/colab_tiny")

@@ -20,9 +20,11 @@ from ml_collections import config_flags
 
 from mlmjax import sharding
 from mlmjax import train_state
+from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import vocab_stats
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 20, "Timed train steps (after 2 warm-up steps).")
@@ -53,12 +55,16 @@ def train_flops_per_token(config, vocab_size: int) -> float:
 def main(argv):
   del argv
   config = _CONFIG.value
-  train_src, _ = sources.load_splits(config.data.source, config.data.eval_every_nth_document)
+  train_src, _ = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
+                                     config.data.max_document_chars)
   with tempfile.TemporaryDirectory() as workdir:
     tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_src.documents, workdir)
+    stats = vocab_stats.get_vocab_stats(tok, train_src.documents, workdir,
+                                        config.masking.stats_max_documents)
+  masker = masking.Masker(config.masking, stats)
 
-  # Host pipeline alone.
-  it = pipeline.make_train_iter(config, tok, train_src)
+  # Host pipeline alone: read, split, tokenize, pack/pair, mask (config.masking.strategy).
+  it = pipeline.make_train_iter(config, tok, train_src, masker)
   next(it)
   t = time.perf_counter()
   n = 0
@@ -87,14 +93,17 @@ def main(argv):
   params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
   print(f"device            {jax.devices()[0].device_kind} x{mesh.size}")
   print(f"parameters        {params:,}")
-  print(f"step time         {sec * 1e3:.1f} ms (batch {config.train.batch_size} x {config.data.seq_len})")
+  print(f"step time         {sec * 1e3:.1f} ms"
+        f" (batch {config.train.batch_size} x {config.data.seq_len})")
   print(f"train tokens/s    {tokens / sec:,.0f}")
   print(f"model TFLOP/s     {flops / 1e12:.3f}")
   print(f"matmul peak       {peak / 1e12:.3f} TFLOP/s ({config.model.dtype}, measured)")
   print(f"MFU               {100 * flops / peak:.1f}%")
-  print(f"host pipeline     {host_tps:,.0f} tokens/s (one process, incl. masking)")
+  print(f"host pipeline     {host_tps:,.0f} tokens/s (one process, {config.data.format},"
+        f" {config.masking.strategy} masking)")
   if jax.devices()[0].platform != "cpu":
-    print(f"peak memory       {jax.devices()[0].memory_stats().get('peak_bytes_in_use', 0) / 2**30:.2f} GiB")
+    peak_bytes = jax.devices()[0].memory_stats().get("peak_bytes_in_use", 0)
+    print(f"peak memory       {peak_bytes / 2**30:.2f} GiB")
 
 
 if __name__ == "__main__":

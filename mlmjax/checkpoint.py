@@ -1,7 +1,9 @@
 """orbax checkpoints of {train state, grain data iterator}, written together, asynchronously.
 
-Layout: WORKDIR/checkpoints/<step>/{state,data[,token_losses]}, `data` being the JSON grain
-position of every data shard (so it restores onto any process count). Resuming restores them
+Layout: WORKDIR/checkpoints/<step>/{state,data,loop[,token_losses]}: `data` is the JSON grain
+position of every data shard (so it restores onto any process count), `loop` the host side of
+the train loop (partial metric sums of the current logging interval, skip counters), so that
+even the metrics of a resumed run are bit-identical. Resuming restores them
 together, so the data order and the masks continue exactly where they stopped. Restoring takes
 an abstract state whose leaves carry the *target* shardings, so a checkpoint can be read back
 onto any mesh.
@@ -83,13 +85,14 @@ class Checkpointer:
 
   def restore_latest(self, abstract_state, data_iter_for: Callable[[int], Any],
                      token_losses_like: dict[str, np.ndarray] | None = None):
-    """Restores the newest readable checkpoint: (step, state, token_losses, data_iter), with
-    `data_iter = data_iter_for(step)` restored in place; None when there is no checkpoint."""
+    """Restores the newest readable checkpoint: (step, state, token_losses, loop, data_iter),
+    with `data_iter = data_iter_for(step)` restored in place; None when there is none."""
     for step in sorted(self.manager.all_steps(), reverse=True):
       self._check_compatible(step, abstract_state)
       data_iter = data_iter_for(step)
       try:
-        state, token_losses = self.restore(step, abstract_state, data_iter, token_losses_like)
+        state, token_losses, loop = self.restore(step, abstract_state, data_iter,
+                                                 token_losses_like)
       except Exception as e:  # pylint: disable=broad-except  # any unreadable file
         reason = " ".join(str(e).split())[:300]
         logging.warning("Checkpoint %d in %s is unreadable (%s: %s); moved to %s, falling back"
@@ -97,7 +100,7 @@ class Checkpointer:
                         self._quarantine)
         self._set_aside(step)
         continue
-      return step, state, token_losses, data_iter
+      return step, state, token_losses, loop, data_iter
     return None
 
   def _check_compatible(self, step: int, abstract_state) -> None:
@@ -148,11 +151,13 @@ class Checkpointer:
     self.manager.reload()
 
   def save(self, step: int, state, data_iter: pipeline.ShardedIterator,
+           loop: dict | None = None,
            token_losses: dict[str, np.ndarray] | None = None) -> None:
     """Starts an async save; device arrays are copied out before this returns, so the caller
     may donate `state` to the next step right away. `token_losses`: adaptive masking's table."""
     args = {"state": ocp.args.StandardSave(state),
-            "data": ocp.args.JsonSave(_global_data_position(data_iter))}
+            "data": ocp.args.JsonSave(_global_data_position(data_iter)),
+            "loop": ocp.args.JsonSave(loop or {})}
     if token_losses is not None:
       # Copies: the host keeps updating its table while the save runs in the background.
       args["token_losses"] = ocp.args.StandardSave({k: v.copy() for k, v in token_losses.items()})
@@ -180,9 +185,9 @@ class Checkpointer:
   def restore(self, step: int, abstract_state,
               data_iter: pipeline.ShardedIterator | None = None,
               token_losses_like: dict[str, np.ndarray] | None = None):
-    """Returns (state on `abstract_state`'s shardings, token_losses or None); restores the
+    """Returns (state on `abstract_state`'s shardings, token_losses or None, loop); restores the
     iterator in place if given."""
-    args = {"state": ocp.args.StandardRestore(abstract_state)}
+    args = {"state": ocp.args.StandardRestore(abstract_state), "loop": ocp.args.JsonRestore()}
     if data_iter is not None:
       args["data"] = ocp.args.JsonRestore()
     if token_losses_like is not None:
@@ -190,7 +195,7 @@ class Checkpointer:
     restored = self.manager.restore(step, args=ocp.args.Composite(**args))
     if data_iter is not None:
       data_iter.set_state(restored["data"])
-    return restored["state"], restored.get("token_losses")
+    return restored["state"], restored.get("token_losses"), restored["loop"]
 
   def close(self) -> None:
     """Waits for pending writes; a run must not exit with a save half-done."""

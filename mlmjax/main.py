@@ -3,6 +3,7 @@
   python -m mlmjax.main --config=configs/tiny.py --workdir=runs/tiny [--config.train.steps=N]
 """
 
+import re
 import sys
 
 from absl import app
@@ -33,15 +34,36 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0.
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's parsing, with bad config overrides (a misspelled key, a value of the wrong type)
+  reported in one line instead of a traceback."""
+  try:
+    return flags.FLAGS(argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+    text = " ".join(str(e).split())
+    hint = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
+    if hint:  # ml_collections' message for a misspelled key
+      text = f"unknown config key {hint.group(2)!r} (did you mean {hint.group(1)!r}?)"
+    print(f"error: {text}", file=sys.stderr)
+    sys.exit(1)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  config = _CONFIG.value
+  try:
+    config.keys()  # the first use: where config_flags reports a file it could not load
+  except OSError as e:
+    print(f"error: cannot load --config: {str(e).strip().splitlines()[-1].strip()}",
+          file=sys.stderr)
+    sys.exit(1)
   metrics.quiet_library_logs()
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if jax.process_index() > 0:  # one progress log per run: process 0's (others warn only)
     logging.set_verbosity(logging.WARNING)
   try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after=_STOP_AFTER.value)
+    train.train_and_evaluate(config, _WORKDIR.value, stop_after=_STOP_AFTER.value)
   except errors.UserError as e:
     if _VERBOSE.value:
       raise
@@ -50,4 +72,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

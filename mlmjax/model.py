@@ -59,14 +59,20 @@ class Dense(nnx.Module):
     return x @ self.kernel[...].astype(x.dtype) + self.bias[...].astype(x.dtype)
 
 
-def apply_rope(x_btnh: jax.Array, positions_bt: jax.Array, base: float = 10000.0) -> jax.Array:
-  """Rotary position embedding (RoFormer, ModernBERT), rotate-half form: rotates each
-  (i, i + H/2) pair of a head by position * base^(-2i/H), so q.k depends only on t - s."""
-  h = x_btnh.shape[-1]
-  inv_freq = base ** (-jnp.arange(h // 2, dtype=jnp.float32) / (h // 2))
+def rope_angles(positions_bt: jax.Array, head_size: int, base: float = 10000.0):
+  """(cos, sin) [B, T, 1, H/2] of rotary embeddings (RoFormer, ModernBERT), computed once per
+  forward pass and shared by every layer."""
+  inv_freq = base ** (-jnp.arange(head_size // 2, dtype=jnp.float32) / (head_size // 2))
   angle = positions_bt.astype(jnp.float32)[..., None] * inv_freq  # [B, T, H/2]
-  cos, sin = jnp.cos(angle)[:, :, None, :], jnp.sin(angle)[:, :, None, :]
-  x1, x2 = x_btnh[..., :h // 2].astype(jnp.float32), x_btnh[..., h // 2:].astype(jnp.float32)
+  return jnp.cos(angle)[:, :, None, :], jnp.sin(angle)[:, :, None, :]
+
+
+def apply_rope(x_btnh: jax.Array, rope) -> jax.Array:
+  """Rotate-half form: rotates each (i, i + H/2) pair of a head by position * base^(-2i/H),
+  so the q.k of two tokens depends only on their offset t - s."""
+  cos, sin = rope
+  h = x_btnh.shape[-1] // 2
+  x1, x2 = x_btnh[..., :h].astype(jnp.float32), x_btnh[..., h:].astype(jnp.float32)
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_btnh.dtype)
 
 
@@ -82,12 +88,12 @@ class SelfAttention(nnx.Module):
     self.out_bias = _param(None, (d,), ("embed",), "zeros")
     self.attention_dropout = cfg.attention_dropout_rate
 
-  def __call__(self, x_btd, mask_b1tt, key, rope_positions_bt=None):
+  def __call__(self, x_btd, mask_b1tt, key, rope=None):
     dt = x_btd.dtype
     qkv = jnp.einsum("btd,sdnh->sbtnh", x_btd, self.qkv_kernel[...].astype(dt))
     q, k, v = qkv + self.qkv_bias[...].astype(dt)[:, None, None]
-    if rope_positions_bt is not None:
-      q, k = apply_rope(q, rope_positions_bt), apply_rope(k, rope_positions_bt)
+    if rope is not None:
+      q, k = apply_rope(q, rope), apply_rope(k, rope)
     scores_bntt = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32)
     scores_bntt = scores_bntt * (q.shape[-1] ** -0.5)
     scores_bntt = jnp.where(mask_b1tt, scores_bntt, jnp.finfo(jnp.float32).min)
@@ -110,9 +116,9 @@ class Block(nnx.Module):
     self.mlp_norm = LayerNorm(d, cfg.layer_norm_eps)
     self.rate = cfg.dropout_rate
 
-  def __call__(self, x, mask, key, rope_positions_bt=None):
+  def __call__(self, x, mask, key, rope=None):
     keys = [None] * 3 if key is None else list(jax.random.split(key, 3))
-    y = self.attention(x, mask, keys[0], rope_positions_bt)
+    y = self.attention(x, mask, keys[0], rope)
     x = self.attention_norm(x + dropout(y, self.rate, keys[1]))
     y = self.mlp_out(jax.nn.gelu(self.mlp_in(x), approximate=False))
     return self.mlp_norm(x + dropout(y, self.rate, keys[2]))
@@ -128,8 +134,9 @@ class BertForPretraining(nnx.Module):
       raise ValueError(f"model.hidden_size={d} is not divisible by model.num_heads={cfg.num_heads}")
     self.dtype = jnp.dtype(cfg.dtype)
     self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
-    self.rope = cfg.position_embedding_type == "rope"
-    if not self.rope:  # 'learned': BERT's absolute position table, added to the input
+    self.use_rope = cfg.position_embedding_type == "rope"
+    self.head_size = d // cfg.num_heads
+    if not self.use_rope:  # 'learned': BERT's absolute position table, added to the input
       self.position_embedding = _param(
           rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
     # Zero-initialised for the same reason that type 0 adds nothing (see encode).
@@ -154,10 +161,10 @@ class BertForPretraining(nnx.Module):
     # measured). Only types >= 1 add their (zero-initialised) embedding.
     type_bt1 = (types > 0)[..., None]
     x = self.token_embedding[...][ids] + jnp.where(type_bt1, self.type_embedding[...][types], 0.0)
-    if not self.rope:
+    if not self.use_rope:
       x = x + self.position_embedding[...][batch["positions"]]
     # rope: positions enter every layer's q.k instead (relative offsets, shared weights).
-    rope_positions_bt = batch["positions"] if self.rope else None
+    rope = rope_angles(batch["positions"], self.head_size) if self.use_rope else None
     keys = (None,) * (len(self.blocks) + 1) if dropout_key is None else tuple(
         jax.random.split(dropout_key, len(self.blocks) + 1))
     x = dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
@@ -165,7 +172,7 @@ class BertForPretraining(nnx.Module):
     # Block-diagonal: a token sees the tokens of its own packed sequence; padding (0) sees none.
     mask_b1tt = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0))[:, None]
     for block, key in zip(self.blocks, keys[1:]):
-      x = block(x, mask_b1tt, key, rope_positions_bt)
+      x = block(x, mask_b1tt, key, rope)
     return x
 
   def __call__(self, batch, dropout_key=None) -> dict[str, jax.Array]:

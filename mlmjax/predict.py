@@ -46,11 +46,11 @@ class Predictor:
     self.config.mesh.shape = (1, 1, 1)  # whatever mesh trained it, predict on one device
     mesh = sharding.make_mesh(self.config.mesh, devices=jax.devices()[:1])
     setup = train_state.make_setup(self.config, self.tok.vocab_size, mesh)
-    ckpt = checkpoint_lib.Checkpointer(workdir, max_to_keep=self.config.train.max_checkpoints_to_keep)
+    ckpt = checkpoint_lib.Checkpointer(workdir, self.config.train.max_checkpoints_to_keep)
     self.step = ckpt.latest_step()
     if self.step is None:
       raise errors.UserError(f"{workdir} has no checkpoint yet")
-    state, _ = ckpt.restore(self.step, setup.abstract_state)
+    state = ckpt.restore(self.step, setup.abstract_state)[0]
     ckpt.close()
     self.model = nnx.merge(setup.graphdef, state["params"])
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -180,13 +179,18 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   validate_config(config, mesh)
   ckpt = checkpoint_lib.Checkpointer(workdir, config.train.max_checkpoints_to_keep)
   phases = phases_lib.plan(config)
-  start = ckpt.latest_step() or 0
+  adaptive = adaptive_lib.TokenLossTable.for_config(config.masking, tok.vocab_size)
+
+  def new_input(phase: phases_lib.Phase) -> _Input:
+    made = _Input(config, phase, tok, stats, gazetteer, train_source)
+    if adaptive is not None:
+      made.masker.set_token_weights(adaptive.weights())
+    return made
+
   # The iterator in a checkpoint is that of the phase which trained its last step.
-  data = _Input(config, phases_lib.phase_at(phases, max(start - 1, 0)), tok, stats, gazetteer,
-                train_source)
+  data = new_input(phases_lib.phase_at(phases, max((ckpt.latest_step() or 0) - 1, 0)))
 
   # ---- model, optimizer: the state is created directly sharded ------------------------------
-  adaptive = adaptive_lib.TokenLossTable.for_config(config.masking, tok.vocab_size)
   setup = train_state.make_setup(config, tok.vocab_size, mesh)
   train_step = train_state.make_train_step(setup, config, per_token_loss=adaptive is not None)
   eval_step = train_state.make_eval_step(setup)
@@ -201,31 +205,33 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
     nonlocal data
     phase = phases_lib.phase_at(phases, step - 1)
     if phase != data.phase:
-      data = _Input(config, phase, tok, stats, gazetteer, train_source)
+      data = new_input(phase)
     return data.iterator
 
   restored = ckpt.restore_latest(setup.abstract_state, input_for,
                                  None if adaptive is None else adaptive.state())
+  # Host side of the loop: metric sums of the current logging interval, skip counters.
+  interval: dict[str, float] = {}
+  skips = {"total": 0, "consecutive": 0}
   if restored is None:
     start, state = 0, setup.init_fn()
-    data = _Input(config, phases[0], tok, stats, gazetteer, train_source)  # an untouched one
+    data = new_input(phases[0])  # an untouched iterator
     logging.info("Starting from scratch in %s", workdir)
   else:
-    start, state, table, _ = restored
+    start, state, table, loop, _ = restored
+    interval.update(loop.get("interval", {}))
+    skips.update(loop.get("skips", {}))
     if adaptive is not None:
       adaptive.load(table)
+      data.masker.set_token_weights(adaptive.weights())
     logging.info("Resumed from checkpoint at step %d in %s", start, ckpt.directory)
-  if adaptive is not None:
-    data.masker.set_token_weights(adaptive.weights())
   _save_config(config, workdir)  # only now: a config that cannot resume changes nothing
 
   # ---- loop ---------------------------------------------------------------------------------
   total = config.train.steps
   writer = metrics_lib.MetricWriter(workdir, resume_step=start)
   throughput = metrics_lib.Throughput(config.train.batch_size * data.phase.seq_len, total)
-  interval: dict[str, float] = {}
   eval_metrics: dict[str, float] = {}
-  skips = {"total": 0, "consecutive": 0}
   pending = None  # (step number, metrics) of the step still in flight
 
   def finish(step_done: int, device_metrics) -> None:
@@ -257,9 +263,7 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   try:
     for step in range(start, last):
       if step >= data.phase.end:  # next sequence-length phase: new shapes, same state
-        data = _Input(config, phases[data.phase.index + 1], tok, stats, gazetteer, train_source)
-        if adaptive is not None:
-          data.masker.set_token_weights(adaptive.weights())
+        data = new_input(phases[data.phase.index + 1])
         throughput.tokens_per_step = config.train.batch_size * data.phase.seq_len
         logging.info("Phase %d from step %d: seq_len %d, max_predictions %d", data.phase.index,
                      step, data.phase.seq_len, data.phase.max_predictions)
@@ -287,6 +291,7 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
         data.masker.set_token_weights(adaptive.weights())
       if boundary["checkpoint"]:
         ckpt.save(done, state, data.iterator,
+                  loop={"interval": dict(interval), "skips": dict(skips)},
                   token_losses=None if adaptive is None else adaptive.state())
       if boundary["eval"]:
         eval_metrics = evaluate(eval_step, state["params"], data.config, tok, stats, gazetteer,

@@ -68,3 +68,24 @@ def micro_config(tokenizer_path):
   config.train.eval_batches = 2
   config.train.checkpoint_every_steps = 4
   return config
+
+
+def saved_state(workdir, step=None):
+  """Checkpoint `step` (default: the latest) of a run as numpy arrays, rebuilt on one device
+  from the run's own config.json."""
+  import json  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from mlmjax import checkpoint, sharding, train_state  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  config.mesh.shape = (1, 1, 1)
+  tok = tokenizer_lib.Tokenizer.load(os.path.join(workdir, tokenizer_lib.MODEL_FILENAME))
+  setup = train_state.make_setup(config, tok.vocab_size,
+                                 sharding.make_mesh(config.mesh, jax.devices()[:1]))
+  ckpt = checkpoint.Checkpointer(workdir, config.train.max_checkpoints_to_keep)
+  step = ckpt.latest_step() if step is None else step
+  state = ckpt.restore(step, setup.abstract_state)[0]
+  ckpt.close()
+  return jax.tree.map(np.asarray, state)

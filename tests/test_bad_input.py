@@ -53,7 +53,10 @@ def _set(config, dotted, value):
     ("mesh.shape", (3, 1, 1), "config.mesh.shape=(3, 1, 1) needs 3 devices, have 8"),
     ("data.format", "pairs", "data.format='pairs' is not one of full_sentences, doc_sentences,"
                              " segment_pair, sentence_pair, sop"),
-    ("data.source", "/nonexistent/*.txt", None),
+    ("data.source", "/nonexistent/*.txt",
+     "/nonexistent/*.txt: no files match; config.data.source takes 'builtin', a .txt/.jsonl"
+     " file, a glob such as 'corpus/*.txt', a comma-separated list of these, or"
+     " tfds:NAME[:SPLIT[:FEATURE]]"),
 ])
 def test_config_and_data_errors_change_nothing(trained, micro_config, key, value, message):
   workdir, before = trained
@@ -61,10 +64,29 @@ def test_config_and_data_errors_change_nothing(trained, micro_config, key, value
   _set(micro_config, key, value)
   with pytest.raises(errors.UserError) as e:
     train.train_and_evaluate(micro_config, workdir)
-  if message is not None:
-    assert str(e.value) == message
-  else:
-    assert "/nonexistent/*.txt" in str(e.value) and "\n" not in str(e.value)
+  assert str(e.value) == message
+  assert _snapshot(workdir) == before
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"   \n\n  ", "{path}: no text in 1 file (empty, or only blank lines or empty documents);"
+                 ' give .txt documents separated by blank lines or .jsonl lines with a "text"'
+                 " field"),
+    (b"one document only", "config.data.source='{path}' has 1 non-empty document(s); need at"
+                           " least 2 (one to train on, one held out): add text, or separate"
+                           " .txt documents by blank lines"),
+    (b"text\0\1\2binary", "{path}: looks like a binary file (it contains NUL bytes); give"
+                         " UTF-8 .txt or .jsonl text"),
+])
+def test_empty_tiny_or_binary_corpus_changes_nothing(trained, micro_config, tmp_path, content,
+                                                     message):
+  workdir, before = trained
+  path = tmp_path / "corpus.txt"
+  path.write_bytes(content)
+  micro_config.data.source = str(path)
+  with pytest.raises(errors.UserError) as e:
+    train.train_and_evaluate(micro_config, workdir)
+  assert str(e.value) == message.format(path=path)
   assert _snapshot(workdir) == before
 
 

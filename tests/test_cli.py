@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -49,11 +51,19 @@ def test_train_resume_and_predict(tmp_path, tokenizer_path):
   assert lines[2].startswith("  [MASK] 1: ") and lines[2].count("(") == 3
 
 
-def test_cli_reports_bad_config_key(tmp_path):
-  proc = _run("mlmjax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}",
-              "--config.train.stepz=3")
-  assert proc.returncode != 0
-  assert "stepz" in proc.stderr
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/tiny.py", "--config.train.stepz=3"],
+     "error: unknown config key 'stepz' (did you mean 'steps'?)"),
+    (["--config=configs/tiny.py", "--config.train.steps=many"],
+     "error: flag --config.train.steps=many: invalid literal for int() with base 10: 'many'"),
+    (["--config=configs/nosuch.py"],
+     "error: cannot load --config: [Errno 2] No such file or directory: 'configs/nosuch.py'"),
+])
+def test_cli_config_errors_are_one_line(tmp_path, args, message):
+  proc = _run("mlmjax.main", *args, f"--workdir={tmp_path}")
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == message
+  assert not os.listdir(tmp_path)  # nothing written
 
 
 def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
@@ -80,3 +90,12 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
       "error: masking.strategy='spam' is not one of random, whole_word, span, entity,"
       " frequency, mixture, static, adaptive")
   assert "Traceback" not in proc.stderr
+
+
+def test_bench_prints_its_numbers(tokenizer_path):
+  proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2",
+              f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
+              "--config.train.batch_size=8")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for label in ("train tokens/s", "MFU", "matmul peak", "host pipeline"):
+    assert label in proc.stdout, proc.stdout

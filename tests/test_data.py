@@ -1,6 +1,5 @@
 """Tokenizer, packing and the grain pipeline (sources: test_sources.py)."""
 
-import grain
 import numpy as np
 import pytest
 

@@ -76,6 +76,6 @@ def test_stop_policy_names_the_step_and_saves_nothing_after_it(tmp_path, micro_c
   setup = train_state.make_setup(micro_config, tok.vocab_size,
                                  sharding.make_mesh(micro_config.mesh))
   ckpt = checkpoint.Checkpointer(str(tmp_path), 3)
-  state, _ = ckpt.restore(4, setup.abstract_state)
+  state = ckpt.restore(4, setup.abstract_state)[0]
   ckpt.close()
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state["params"]))

@@ -314,13 +314,13 @@ def test_worker_train_stop_logs(worker_env, tmp_path):
   assert f"fake mlmjax in {REPO}: -m mlmjax.main --config=configs/tiny.py --workdir=/mnt/runs/t" in text
 
   again = _worker(worker_env, "train", "--config=configs/tiny.py", "--workdir=/mnt/runs/t")
-  assert again.returncode == 1 and f"already training on" in again.stderr and str(pid) in again.stderr
+  assert again.returncode == 1 and "already training on" in again.stderr and str(pid) in again.stderr
 
   tail = _worker(worker_env, "logs", "--lines=1")
   assert tail.returncode == 0 and tail.stdout.startswith("fake mlmjax in ")
 
   stop = _worker(worker_env, "stop")
-  assert stop.returncode == 0 and f"sent SIGTERM to mlmjax on" in stop.stdout
+  assert stop.returncode == 0 and "sent SIGTERM to mlmjax on" in stop.stdout
   assert _wait_for(lambda: "SIGTERM, saved a checkpoint" in log.read_text())
   assert _wait_for(lambda: _worker(worker_env, "stop").stdout.startswith("mlmjax is not running"))
   # After a stop (or a preemption), train starts again: mlmjax resumes from the workdir.

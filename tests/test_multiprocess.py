@@ -14,12 +14,7 @@ import numpy as np
 import portpicker
 import pytest
 
-from conftest import REPO
-from configs import tiny
-from mlmjax import checkpoint
-from mlmjax import sharding
-from mlmjax import train_state
-from mlmjax.data import tokenizer as tok_lib
+from conftest import REPO, saved_state
 
 OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=6",
@@ -50,18 +45,10 @@ def _train(workdir, tokenizer_path, processes, stop_after=8):
 
 
 def _result(workdir, step):
-  config = tiny.get_config()
-  config.data.seq_len = 32
-  config.model.num_layers = 2
-  tok = tok_lib.Tokenizer.load(os.path.join(workdir, tok_lib.MODEL_FILENAME))
-  setup = train_state.make_setup(config, tok.vocab_size,
-                                 sharding.make_mesh(config.mesh, jax.devices()[:1]))
-  ckpt = checkpoint.Checkpointer(workdir, 3)
-  state, _ = ckpt.restore(step, setup.abstract_state)
-  ckpt.close()
+  state = saved_state(workdir, step)
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
   losses = {r["step"]: r["loss"] for r in rows if "loss" in r}
-  return jax.tree.map(np.asarray, state), losses
+  return state, losses
 
 
 def _assert_same(a, b):

@@ -4,7 +4,6 @@ a damaged checkpoint falls back to the previous one. Real subprocesses, as a use
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -14,12 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO
-from configs import tiny
+from conftest import REPO, saved_state
 from mlmjax import checkpoint
-from mlmjax import sharding
-from mlmjax import train_state
-from mlmjax.data import tokenizer as tok_lib
 
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
@@ -67,21 +62,13 @@ def _wait_for(proc, needle, timeout=300):
 
 def _final(workdir):
   """(parameters + optimizer state + step as numpy, metric rows without timings)."""
-  config = tiny.get_config()
-  config.data.seq_len = 32
-  config.model.num_layers = 2
-  tok = tok_lib.Tokenizer.load(os.path.join(workdir, tok_lib.MODEL_FILENAME))
-  setup = train_state.make_setup(config, tok.vocab_size,
-                                 sharding.make_mesh(config.mesh, jax.devices()[:1]))
-  ckpt = checkpoint.Checkpointer(workdir, 3)
-  assert ckpt.latest_step() == STEPS
-  state, _ = ckpt.restore(STEPS, setup.abstract_state)
-  ckpt.close()
+  assert checkpoint.Checkpointer(workdir, 3).latest_step() == STEPS
+  state = saved_state(workdir, STEPS)
   rows = []
   for line in open(os.path.join(workdir, "metrics.jsonl")):
     row = json.loads(line)
     rows.append({k: v for k, v in row.items() if k not in ("tokens_per_sec", "eta_sec")})
-  return jax.tree.map(np.asarray, state), rows
+  return state, rows
 
 
 def _assert_same(a, b):

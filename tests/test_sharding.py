@@ -239,7 +239,7 @@ def test_restore_onto_another_mesh_is_exact(tmp_path):
     target = train_state.make_setup(config, VOCAB,
                                     sharding.make_mesh(config.mesh, jax.devices()[:devices]))
     ckpt = checkpoint.Checkpointer(str(tmp_path), 1)
-    restored, _ = ckpt.restore(2, target.abstract_state)
+    restored = ckpt.restore(2, target.abstract_state)[0]
     ckpt.close()
     for x, want in zip(jax.tree.leaves(restored), jax.tree.leaves(target.state_shardings)):
       assert x.sharding == want

@@ -86,7 +86,6 @@ Strategies (`masking.strategy`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import dataclasses
 import os
 
@@ -94,6 +93,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import errors
+from mlmjax.data import mask_units
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 
@@ -107,9 +107,7 @@ REPLACEMENTS = ("uniform", "unigram")
 _SELECT, _ACTION, _REPLACEMENT = 0, 1, 2
 _SPAN_LENGTH, _SPAN_ANCHOR, _MIXTURE, _TRUNCATE = 3, 4, 5, 6
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2, _GOLDEN = mask_units.M1, mask_units.M2, mask_units.GOLDEN
 _STATIC_SALT = np.uint64(0x5A17C0DE00000000)
 _WARN_MIN_ROWS, _WARN_FRACTION = 256, 0.05
 _KEEP_TABLES = 4
@@ -123,13 +121,6 @@ class MaskingError(errors.UserError):
 # Counter-based uniforms
 # ---------------------------------------------------------------------------------------------
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-  """splitmix64's finaliser: a bijective, well-avalanched scramble of uint64 values."""
-  x = (x ^ (x >> np.uint64(30))) * _M1
-  x = (x ^ (x >> np.uint64(27))) * _M2
-  return x ^ (x >> np.uint64(31))
-
-
 def _to_unit(bits: np.ndarray) -> np.ndarray:
   """Top 53 bits -> the middle of their interval: strictly inside (0, 1), so log(u) and
   log1p(-u) are always finite."""
@@ -141,22 +132,22 @@ def uniform(seed: int, stream: int, step: int, example_ids: np.ndarray,
   """[len(example_ids), length] float64 uniforms in (0, 1), a pure function of the arguments."""
   with np.errstate(over="ignore"):  # uint64 arithmetic wraps on purpose
     # + _GOLDEN: the mixer maps 0 to 0, so all-zero inputs must not reach it unchanged.
-    key = _mix64(np.uint64(seed) * _GOLDEN + np.uint64(stream) + _GOLDEN)
-    key = _mix64(key ^ (np.uint64(step) * _M1))
-    rows = _mix64(key ^ (np.asarray(example_ids).astype(np.uint64) * _M2))
+    key = mask_units.mix64(np.uint64(seed) * _GOLDEN + np.uint64(stream) + _GOLDEN)
+    key = mask_units.mix64(key ^ (np.uint64(step) * _M1))
+    rows = mask_units.mix64(key ^ (np.asarray(example_ids).astype(np.uint64) * _M2))
     cols = np.arange(length, dtype=np.uint64) * _GOLDEN
-    return _to_unit(_mix64(rows[:, None] + cols[None, :]))
+    return _to_unit(mask_units.mix64(rows[:, None] + cols[None, :]))
 
 
 def static_uniform(seed: int, stream: int, sequence_keys: np.ndarray, dupes: np.ndarray,
                    length: int) -> np.ndarray:
   """[R, length] uniforms of (seed, stream, sequence key, dupe index, column = position)."""
   with np.errstate(over="ignore"):
-    key = _mix64(np.uint64(seed) * _GOLDEN + np.uint64(stream) + _STATIC_SALT)
-    rows = _mix64(key ^ (np.asarray(dupes).astype(np.uint64) * _M1))
-    rows = _mix64(rows ^ (np.asarray(sequence_keys).astype(np.uint64) * _M2))
+    key = mask_units.mix64(np.uint64(seed) * _GOLDEN + np.uint64(stream) + _STATIC_SALT)
+    rows = mask_units.mix64(key ^ (np.asarray(dupes).astype(np.uint64) * _M1))
+    rows = mask_units.mix64(rows ^ (np.asarray(sequence_keys).astype(np.uint64) * _M2))
     cols = np.arange(length, dtype=np.uint64) * _GOLDEN
-    return _to_unit(_mix64(rows[:, None] + cols[None, :]))
+    return _to_unit(mask_units.mix64(rows[:, None] + cols[None, :]))
 
 
 class _Draws:
@@ -326,113 +317,6 @@ def load_gazetteer(path: str, tok: tokenizer_lib.Tokenizer) -> list[np.ndarray]:
   return kept
 
 
-class _Gazetteer:
-  """Phrases grouped by length, with sorted 64-bit hashes for vectorised window lookup."""
-
-  def __init__(self, phrases: Sequence[np.ndarray]):
-    self.tables = []  # (length, sorted hashes [n], phrases in the same order [n, length])
-    by_len: dict[int, list[np.ndarray]] = {}
-    for p in phrases:
-      by_len.setdefault(len(p), []).append(np.asarray(p, np.int64))
-    for length, group in sorted(by_len.items()):
-      rows = np.unique(np.stack(group), axis=0)
-      h = self._hash(rows, length)[:, 0]
-      order = np.argsort(h, kind="stable")
-      self.tables.append((length, h[order], rows[order]))
-
-  @staticmethod
-  def _hash(windows_of: np.ndarray, length: int) -> np.ndarray:
-    """windows_of[..., s + j] for j < length -> polynomial hash of each window start s."""
-    n = windows_of.shape[-1] - length + 1
-    h = np.zeros(windows_of.shape[:-1] + (n,), np.uint64)
-    with np.errstate(over="ignore"):
-      for j in range(length):
-        h = h * _M1 + windows_of[..., j:j + n].astype(np.uint64)
-      return _mix64(h)
-
-  def matches(self, ids, seg, starts, maskable):
-    """-> (covered, linked) [R, T] bool: tokens inside a match; token joined to its left one."""
-    num_rows, length_t = ids.shape
-    covered = np.zeros(ids.shape, bool)
-    linked = np.zeros(ids.shape, bool)
-    word_end = np.ones((num_rows, length_t + 1), bool)  # a match may end before column c
-    word_end[:, 1:length_t] = starts[:, 1:] | ~maskable[:, 1:]
-    for length, hashes, phrases in self.tables:
-      if length > length_t:
-        break
-      h = self._hash(ids, length)  # [R, S]
-      n = h.shape[1]
-      idx = np.minimum(np.searchsorted(hashes, h), len(hashes) - 1)
-      cand = hashes[idx] == h
-      if not cand.any():
-        continue
-      windows = np.lib.stride_tricks.sliding_window_view(ids, length, axis=1)  # [R, S, L]
-      m = cand & np.all(windows == phrases[idx], axis=-1)
-      m &= starts[:, :n] & word_end[:, length:length + n]
-      m &= seg[:, :n] == seg[:, length - 1:length - 1 + n]
-      for j in range(length):
-        covered[:, j:j + n] |= m
-        if j:
-          linked[:, j:j + n] |= m
-    return covered, linked
-
-
-# ---------------------------------------------------------------------------------------------
-# Building blocks on [R, T] arrays
-# ---------------------------------------------------------------------------------------------
-
-def _shift_right(x: np.ndarray, fill) -> np.ndarray:
-  out = np.empty_like(x)
-  out[:, 0] = fill
-  out[:, 1:] = x[:, :-1]
-  return out
-
-
-def _head_cols(heads: np.ndarray) -> np.ndarray:
-  """Column of the last head at or before each column (-1 if none)."""
-  return np.maximum.accumulate(np.where(heads, np.arange(heads.shape[1]), -1), axis=1)
-
-
-def _unit_sizes(head_col: np.ndarray, member: np.ndarray) -> np.ndarray:
-  """[R, T]: at a head's column, the number of member tokens whose head it is."""
-  num_rows, length = head_col.shape
-  ok = member & (head_col >= 0)
-  flat = (np.arange(num_rows)[:, None] * length + head_col)[ok]
-  return np.bincount(flat, minlength=num_rows * length).reshape(num_rows, length)
-
-
-def _expand(accepted_heads: np.ndarray, head_col: np.ndarray, member: np.ndarray) -> np.ndarray:
-  """Tokens whose unit head was accepted."""
-  return member & (head_col >= 0) & np.take_along_axis(
-      accepted_heads, np.maximum(head_col, 0), axis=1)
-
-
-def _greedy_units(score, heads, sizes, budget) -> np.ndarray:
-  """Units in ascending score; each is taken if it fits in what is left of the budget, else
-  skipped (BERT's whole-word rule). +inf score = never. -> accepted heads [R, T] bool.
-
-  Vectorised in rounds: each round takes the longest fitting prefix and drops every unit that
-  no longer fits; the size of the unit that stops a round strictly decreases from round to
-  round, so there are at most (largest unit size) rounds.
-  """
-  key = np.where(heads, score, np.inf)
-  order = np.argsort(key, axis=1, kind="stable")
-  s = np.take_along_axis(np.where(heads, sizes, 0), order, axis=1)
-  valid = np.take_along_axis(key, order, axis=1) < np.inf
-  remaining = np.asarray(budget, np.int64).copy()
-  active = valid & (s <= remaining[:, None])
-  taken = np.zeros_like(active)
-  while active.any():
-    cs = np.cumsum(np.where(active, s, 0), axis=1)
-    take = active & (cs <= remaining[:, None])
-    taken |= take
-    remaining -= np.where(take, s, 0).sum(axis=1)
-    active &= ~take & (s <= remaining[:, None])
-  accepted = np.zeros_like(taken)
-  np.put_along_axis(accepted, order, taken, axis=1)
-  return accepted
-
-
 @dataclasses.dataclass
 class _Rows:
   """The arrays a selection works on; rows may be real rows or single sequences (static)."""
@@ -483,7 +367,7 @@ class Masker:
                            " must be >= 0")
     self._stats = stats
     self._vocab_size = stats.vocab_size
-    self._gazetteer = _Gazetteer(gazetteer) if gazetteer else None
+    self._gazetteer = mask_units.Gazetteer(gazetteer) if gazetteer else None
     counts = np.asarray(stats.counts, np.float64)
     self._log_counts = np.log(np.maximum(counts, 1.0))
     tail = np.cumsum(counts[NS:])
@@ -613,15 +497,15 @@ class Masker:
             score = score + self._s.frequency_alpha * self._log_counts[rows.ids]
           else:
             score = score - np.log(weights[rows.ids])  # weight 0 -> +inf: never selected
-      accepted = _greedy_units(score, rows.maskable, np.ones_like(rows.ids), rows.budget)
+      accepted = mask_units.greedy_units(score, rows.maskable, np.ones_like(rows.ids), rows.budget)
       return _Selection(accepted & rows.maskable, arange, False)
     starts = self._word_starts(rows)
     if strategy == "whole_word":
-      head_col = _head_cols(starts)
-      sizes = _unit_sizes(head_col, rows.maskable)
-      accepted = _greedy_units(rows.draws.u(_SELECT, rows.ids.shape[1]), starts, sizes,
+      head_col = mask_units.head_cols(starts)
+      sizes = mask_units.unit_sizes(head_col, rows.maskable)
+      accepted = mask_units.greedy_units(rows.draws.u(_SELECT, rows.ids.shape[1]), starts, sizes,
                                rows.budget)
-      return _Selection(_expand(accepted, head_col, rows.maskable), head_col, False)
+      return _Selection(mask_units.expand(accepted, head_col, rows.maskable), head_col, False)
     if strategy == "entity":
       return self._entity(rows, starts)
     if strategy == "span":
@@ -630,9 +514,10 @@ class Masker:
 
   def _word_starts(self, rows: _Rows) -> np.ndarray:
     st = self._stats
-    prev_ids = _shift_right(rows.ids, tokenizer_lib.PAD_ID)
+    prev_ids = mask_units.shift_right(rows.ids, tokenizer_lib.PAD_ID)
     starts = (st.word_start[rows.ids] | st.punctuation[prev_ids]
-              | ~_shift_right(rows.maskable, False) | (rows.seg != _shift_right(rows.seg, -1)))
+              | ~mask_units.shift_right(rows.maskable, False)
+              | (rows.seg != mask_units.shift_right(rows.seg, -1)))
     return starts & rows.maskable
 
   def _entity_spans(self, rows: _Rows, starts: np.ndarray):
@@ -651,7 +536,7 @@ class Masker:
     st, ids, maskable = self._stats, rows.ids, rows.maskable
     num_rows, length = ids.shape
     r = np.arange(num_rows)[:, None]
-    word_col = _head_cols(starts)
+    word_col = mask_units.head_cols(starts)
     head = np.maximum(word_col, 0)
     nxt = np.minimum(head + 1, length - 1)
     first, second = ids[r, head], ids[r, nxt]
@@ -660,25 +545,27 @@ class Masker:
     # Sentence-initial heads: looking left past punctuation other than . ! ?, the first token is
     # a sentence end, a special/padding token, another segment, or the row start.
     anchor = ~maskable | ~st.punctuation[ids] | st.sentence_end[ids]
-    prev = _shift_right(_head_cols(anchor), -1)
+    prev = mask_units.shift_right(mask_units.head_cols(anchor), -1)
     p = np.maximum(prev, 0)
-    initial = (prev < 0) | ~maskable[r, p] | st.sentence_end[ids[r, p]] | (rows.seg[r, p] != rows.seg)
+    initial = ((prev < 0) | ~maskable[r, p] | st.sentence_end[ids[r, p]]
+               | (rows.seg[r, p] != rows.seg))
     eligible = maskable & (word_col >= 0) & cap_word & ~initial[r, head]
-    linked = eligible & _shift_right(eligible, False) & (rows.seg == _shift_right(rows.seg, -1))
-    run_col = _head_cols(eligible & ~linked)
-    words = _unit_sizes(run_col, eligible & starts)  # words per run, at the run's head
+    linked = (eligible & mask_units.shift_right(eligible, False)
+              & (rows.seg == mask_units.shift_right(rows.seg, -1)))
+    run_col = mask_units.head_cols(eligible & ~linked)
+    words = mask_units.unit_sizes(run_col, eligible & starts)  # words per run, at the run's head
     covered = eligible & (np.take_along_axis(words, np.maximum(run_col, 0), axis=1) >= 2)
     return covered, linked & covered
 
   def _entity(self, rows: _Rows, starts: np.ndarray) -> _Selection:
     covered, linked = self._entity_spans(rows, starts)
     heads = (covered & ~linked) | (rows.maskable & ~covered)
-    head_col = _head_cols(heads)
-    sizes = _unit_sizes(head_col, rows.maskable)
+    head_col = mask_units.head_cols(heads)
+    sizes = mask_units.unit_sizes(head_col, rows.maskable)
     # Entities first (scores in [0, 1)), then single tokens outside entities (in [1, 2)).
     score = rows.draws.u(_SELECT, rows.ids.shape[1]) + np.where(covered, 0.0, 1.0)
-    accepted = _greedy_units(score, heads, sizes, rows.budget)
-    return _Selection(_expand(accepted, head_col, rows.maskable), head_col, False)
+    accepted = mask_units.greedy_units(score, heads, sizes, rows.budget)
+    return _Selection(mask_units.expand(accepted, head_col, rows.maskable), head_col, False)
 
   def _span(self, rows: _Rows, starts: np.ndarray, info: dict | None) -> _Selection:
     s = self._s
@@ -742,7 +629,7 @@ class Masker:
                          ("round", np.full(len(act), k))):
           info.setdefault(key, []).append(val)
     selected = (np.cumsum(diff, axis=1)[:, :length] > 0) & rows.maskable
-    return _Selection(selected, _head_cols(span_head), True)
+    return _Selection(selected, mask_units.head_cols(span_head), True)
 
   def _static(self, batch, seed):
     """Masks each packed sequence alone (placed at columns = its positions), keyed by
@@ -790,10 +677,10 @@ class Masker:
     if len(over):
       sel_o, hc_o = selected[over], np.where(selected[over], head_col[over], -1)
       heads = sel_o & (hc_o == np.arange(length))
-      sizes = _unit_sizes(hc_o, sel_o)
-      accepted = _greedy_units(trunc_score[over], heads, sizes,
+      sizes = mask_units.unit_sizes(hc_o, sel_o)
+      accepted = mask_units.greedy_units(trunc_score[over], heads, sizes,
                                np.full(len(over), self._s.max_predictions))
-      selected[over] = _expand(accepted, hc_o, sel_o)
+      selected[over] = mask_units.expand(accepted, hc_o, sel_o)
       new_ids = np.where(selected, new_ids, ids)
     return selected, new_ids, want.astype(np.int64)
 

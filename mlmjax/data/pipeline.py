@@ -5,9 +5,9 @@
       .map_with_index(load)                           read + split sentences + sentencepiece,
                                                       lazily; the index gives the epoch
       -> formats.make_rows                            fixed-length rows (packed or pairs)
-      .batch(local_batch)
+      .batch(batch_size / shards)
       .map_with_index(mask)                           index == step within the phase: masks
-                                                      depend only on (seed, step, example)
+                                                      depend only on (seed, step, global row)
 
 One such chain per data shard (`data.num_shards`, default one per process); a process
 concatenates its shards' batches. The iterator's state (grain's own per shard, including the
