@@ -2,7 +2,10 @@
 
 Chosen by measurement on a 2-core CPU (see README): 128 wide with 4 heads of 32 learns faster
 per second than 256 wide; short rows (64 tokens, KJV verses are ~30) and a small batch give
-many updates; 1e-3 is about the highest peak a post-LN model of this size takes.
+many updates; 1e-3 is about the highest peak a post-LN model of this size takes. 30% masking
+(as in MosaicBERT and ModernBERT) doubles the training signal per step for ~5% more compute:
+"heaven" reached the fill-mask top 5 for Genesis 1:1 after 3,000 steps, where 15% masking still
+ranked it 7th after 7,000 (measured here).
 
 Rotary position embeddings instead of BERT's learned table: with the learned table this model
 sat at the "copy the input + predict frequent tokens" plateau for at least 3,000 steps
@@ -17,7 +20,8 @@ def get_config():
   config = base.get_config()
   config.tokenizer.vocab_size = 4096
   config.data.seq_len = 64
-  config.masking.max_predictions_per_seq = 10  # 15% of 62 maskable tokens, rounded up
+  config.masking.mask_rate = 0.3
+  config.masking.max_predictions_per_seq = 20  # 30% of 62 maskable tokens, rounded up
   config.model.hidden_size = 128
   config.model.num_layers = 4
   config.model.num_heads = 4

@@ -52,6 +52,7 @@ def micro_config(tokenizer_path):
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.data.seq_len = 32
+  config.masking.mask_rate = 0.15  # BERT's rate, which the statistical tests are written for
   config.masking.max_predictions_per_seq = 6
   config.model.hidden_size = 32
   config.model.num_layers = 2

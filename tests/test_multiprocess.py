@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO, saved_state
 
 OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
-             "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=6",
+             "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=2",
              "--config.train.checkpoint_every_steps=4", "--config.train.eval_every_steps=4",
              "--config.train.eval_batches=1", "--config.train.warmup_steps=2"]

@@ -18,7 +18,7 @@ from mlmjax import checkpoint
 
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
-             "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=6",
+             "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=5",
              "--config.train.checkpoint_every_steps=50", "--config.train.eval_every_steps=300",
              "--config.train.eval_batches=1", "--config.model.dropout_rate=0.1"]
