@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import masking
+from mlmjax.data import masking_settings
 from mlmjax.data import tokenizer as tokenizer_lib
 
 
@@ -31,7 +31,7 @@ class TokenLossTable:
   @classmethod
   def for_config(cls, masking_config, vocab_size: int) -> "TokenLossTable | None":
     """The run's table, or None when no adaptive masking is configured."""
-    if "adaptive" not in masking.strategies_in_use(masking_config):
+    if "adaptive" not in masking_settings.strategies_in_use(masking_config):
       return None
     return cls(vocab_size, masking_config.adaptive_every_steps, masking_config.adaptive_decay)
 

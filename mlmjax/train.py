@@ -24,6 +24,7 @@ from mlmjax import sharding
 from mlmjax import train_state
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data import masking_settings
 from mlmjax.data import pipeline
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
@@ -171,7 +172,7 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
     return tok, vocab_stats.get_vocab_stats(tok, train_source.documents, workdir,
                                             config.masking.stats_max_documents)
   tok, stats = _process_0_first(tokenizer_and_stats)
-  gazetteer = (masking.load_gazetteer(config.masking.entity_gazetteer, tok)
+  gazetteer = (masking_settings.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)
 
   # ---- mesh, phases, input: everything a bad config can break, before anything is saved ----

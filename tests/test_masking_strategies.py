@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from configs import base
+from mlmjax import errors
 from mlmjax.data import masking
+from mlmjax.data import masking_settings
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.data import vocab_stats
 
@@ -165,7 +167,7 @@ def gazetteer(tok, tmp_path_factory):
   path = tmp_path_factory.mktemp("gaz") / "entities.txt"
   path.write_text("the children of Israel\nIsrael\n\nthe LORD\nthe LORD God\nMoses\nDavid\n"
                   "the house of David\nJerusalem\n", encoding="utf-8")
-  return masking.load_gazetteer(str(path), tok)
+  return masking_settings.load_gazetteer(str(path), tok)
 
 
 def _masker(stats, gazetteer=None, **kw):
@@ -699,7 +701,8 @@ def test_truncation_warning_once(stats, long_rows, caplog):
     (dict(strategy="entity", entity_heuristic=False), "masking.strategy 'entity' needs"
      " masking.entity_heuristic=True or a masking.entity_gazetteer file (one phrase per line)"),
     (dict(strategy="entity", entity_gazetteer="names.txt"), "masking.entity_gazetteer="
-     "'names.txt' is set but no gazetteer was passed to Masker (use masking.load_gazetteer)"),
+     "'names.txt' is set but no gazetteer was passed to Masker"
+     " (use masking_settings.load_gazetteer)"),
     (dict(strategy="adaptive", adaptive_every_steps=0), "masking.adaptive_every_steps=0 must"
      " be >= 1"),
     (dict(max_predictions_per_seq=0), "masking.max_predictions_per_seq=0 must be >= 1"),
@@ -707,10 +710,10 @@ def test_truncation_warning_once(stats, long_rows, caplog):
     (dict(stats_max_documents=-1), "masking.stats_max_documents=-1 must be >= 0"),
 ])
 def test_config_errors(overrides, message, stats):
-  with pytest.raises(masking.MaskingError) as e:
+  with pytest.raises(masking_settings.MaskingError) as e:
     _masker(stats, **overrides)
   assert str(e.value) == message
-  assert isinstance(e.value, masking.errors.UserError)
+  assert isinstance(e.value, errors.UserError)
 
 
 @pytest.mark.parametrize("overrides,name", [(dict(replacement="unigram"), "replacement='unigram'"),
@@ -718,23 +721,21 @@ def test_config_errors(overrides, message, stats):
 def test_counts_required(overrides, name, tok):
   no_counts = vocab_stats.compute(tok, [], 0)
   assert no_counts.counts.sum() == 0
-  with pytest.raises(masking.MaskingError) as e:
+  with pytest.raises(masking_settings.MaskingError) as e:
     masking.Masker(_cfg(**overrides), no_counts)
   assert str(e.value) == (f"masking.{name} needs token counts, but the vocab stats have none:"
                           " set masking.stats_max_documents > 0")
-  assert masking.needs_corpus_counts(_cfg(**overrides))
-  assert not masking.needs_corpus_counts(_cfg(strategy="span"))
 
 
 def test_gazetteer_errors(tok, tmp_path):
   missing = str(tmp_path / "nope.txt")
-  with pytest.raises(masking.MaskingError) as e:
-    masking.load_gazetteer(missing, tok)
+  with pytest.raises(masking_settings.MaskingError) as e:
+    masking_settings.load_gazetteer(missing, tok)
   assert str(e.value) == f"masking.entity_gazetteer: {missing!r} does not exist"
   empty = tmp_path / "empty.txt"
   empty.write_text("\n  \n", encoding="utf-8")
-  with pytest.raises(masking.MaskingError) as e:
-    masking.load_gazetteer(str(empty), tok)
+  with pytest.raises(masking_settings.MaskingError) as e:
+    masking_settings.load_gazetteer(str(empty), tok)
   assert str(e.value) == f"masking.entity_gazetteer: {str(empty)!r} has no phrases (one per line)"
 
 
@@ -797,7 +798,7 @@ def test_degenerate_rows(strategy, stats, gazetteer):
     np.testing.assert_array_equal(out["masked_weights"].sum(1), [0, 1, 0, 1][:len(b["input_ids"])])
 
 
-@pytest.mark.parametrize("static_strategy", masking.STATIC_BASES)
+@pytest.mark.parametrize("static_strategy", masking_settings.STATIC_BASES)
 def test_static_with_every_base_strategy(static_strategy, tok, stats, packed, words, gazetteer):
   m = _masker(stats, gazetteer, strategy="static", static_strategy=static_strategy)
   out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))

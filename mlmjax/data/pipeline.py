@@ -26,6 +26,7 @@ import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data import masking_settings
 from mlmjax.data import sentences as sentences_lib
 from mlmjax.data import sources as sources_lib
 from mlmjax.data import tokenizer as tokenizer_lib
@@ -115,7 +116,7 @@ def _shard_dataset(config, tok: tokenizer_lib.Tokenizer, source, masker: masking
   if shuffle:
     doc_ids = doc_ids.shuffle(seed=seed + 7 * shard)
   # BERT's static masking repeats its data every dupe_factor epochs: so do the rows built here.
-  static = "static" in masking.strategies_in_use(config.masking)
+  static = "static" in masking_settings.strategies_in_use(config.masking)
   period = config.masking.dupe_factor if static else 0
   docs = doc_ids.repeat(None).map_with_index(_LoadDocument(reader, len(doc_ids), period))
   rows = formats.make_rows(docs.to_iter_dataset(), config.data.format, config.data.seq_len,
