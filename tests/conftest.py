@@ -9,6 +9,14 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # so `configs` imports like it does from the repo root
 
+
+def user_env() -> dict[str, str]:
+  """The environment for a subprocess that should see what a user's machine has: one CPU
+  device (without the 8 simulated ones set above)."""
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  return env
+
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position

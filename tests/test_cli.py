@@ -7,15 +7,12 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, user_env
 
 
 def _run(*args, timeout=300):
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # a user's machine: one CPU device
-  proc = subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True,
-                        text=True, timeout=timeout)
-  return proc
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=user_env(),
+                        capture_output=True, text=True, timeout=timeout)
 
 
 def test_train_resume_and_predict(tmp_path, tokenizer_path):

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, saved_state
+from conftest import REPO, saved_state, user_env
 from mlmjax import checkpoint
 
 STEPS = 600
@@ -29,19 +29,13 @@ def _command(workdir, tokenizer_path):
           f"--workdir={workdir}", f"--config.tokenizer.path={tokenizer_path}", *OVERRIDES]
 
 
-def _env():
-  env = dict(os.environ)
-  env.pop("XLA_FLAGS", None)  # one CPU device, as a user's machine
-  return env
-
-
 def _start(workdir, tokenizer_path):
-  return subprocess.Popen(_command(workdir, tokenizer_path), cwd=REPO, env=_env(),
+  return subprocess.Popen(_command(workdir, tokenizer_path), cwd=REPO, env=user_env(),
                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
 
 
 def _run_to_end(workdir, tokenizer_path):
-  proc = subprocess.run(_command(workdir, tokenizer_path), cwd=REPO, env=_env(),
+  proc = subprocess.run(_command(workdir, tokenizer_path), cwd=REPO, env=user_env(),
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc.stderr
