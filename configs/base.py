@@ -35,6 +35,9 @@ def get_config() -> ml_collections.ConfigDict:
   # 'segment_pair' (BERT, + NSP head), 'sentence_pair' (+ NSP head), 'sop' (ALBERT's
   # sentence-order prediction head).
   config.data.format = "full_sentences"
+  # Training rows are shuffled within windows of this many rows before batching (seeded and
+  # checkpointed), so the rows of one long document spread over many batches; 0 or 1: off.
+  config.data.row_shuffle_window = 1024
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).

@@ -18,13 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
+from mlmjax import config_check
 from mlmjax import sharding
-from mlmjax import train_state
-from mlmjax.data import masking
-from mlmjax.data import pipeline
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data import vocab_stats
+from mlmjax import steps as steps_lib
+from mlmjax import workdir as workdir_lib
+from mlmjax.data import input as input_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 20, "Timed train steps (after 2 warm-up steps).")
@@ -55,16 +53,14 @@ def train_flops_per_token(config, vocab_size: int) -> float:
 def main(argv):
   del argv
   config = _CONFIG.value
-  train_src, _ = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
-                                     config.data.max_document_chars)
-  with tempfile.TemporaryDirectory() as workdir:
-    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_src.documents, workdir)
-    stats = vocab_stats.get_vocab_stats(tok, train_src.documents, workdir,
-                                        config.masking.stats_max_documents)
-  masker = masking.Masker(config.masking, stats)
+  config_check.check(config)
+  with tempfile.TemporaryDirectory() as tmp:
+    run = workdir_lib.Workdir(tmp)
+    inp = input_lib.build(config, run.tokenizer, run.vocab_stats)
+  tok = inp.tokenizer
 
   # Host pipeline alone: read, split, tokenize, pack/pair, mask (config.masking.strategy).
-  it = pipeline.make_train_iter(config, tok, train_src, masker)
+  it = inp.train_iter(config)
   next(it)
   t = time.perf_counter()
   n = 0
@@ -74,10 +70,10 @@ def main(argv):
 
   # Train step on a fixed batch (device throughput, excluding the host pipeline).
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(config, tok.vocab_size, mesh)
-  step = train_state.make_train_step(setup, config)
+  setup = steps_lib.make_setup(config, tok.vocab_size, mesh)
+  step = steps_lib.make_train_step(setup, config)
   state = setup.init_fn()
-  batch = train_state.to_device(next(it), mesh)
+  batch = sharding.to_device(next(it), mesh)
   for _ in range(2):
     state, m = step(state, batch)
   jax.block_until_ready(m)

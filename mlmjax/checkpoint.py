@@ -1,47 +1,59 @@
-"""orbax checkpoints of {train state, grain data iterator}, written together, asynchronously.
+"""orbax checkpoints of {train state, data position, host state}, written together, async.
 
-Layout: WORKDIR/checkpoints/<step>/{state,data,loop[,token_losses]}: `data` is the JSON grain
-position of every data shard (so it restores onto any process count), `loop` the host side of
-the train loop (partial metric sums of the current logging interval, skip counters), so that
-even the metrics of a resumed run are bit-identical. Resuming restores them
-together, so the data order and the masks continue exactly where they stopped. Restoring takes
-an abstract state whose leaves carry the *target* shardings, so a checkpoint can be read back
-onto any mesh.
+Each checkpoint `N/` holds three items:
+  state  the train state (params, optimizer state, step), restorable onto any mesh: restoring
+         takes an abstract state whose leaves carry the *target* shardings;
+  data   the data iterator's position as JSON (every data shard's grain state, gathered from all
+         processes by the iterator), so it restores onto any process count;
+  host   a dict of numpy trees: the train loop's own state (partial metric sums of the logging
+         interval, skip counters) and that of its participants (adaptive masking's loss table).
+Resuming restores them together, so data order, masks and even the logged metrics continue
+exactly where they stopped.
 
 Crash safety comes from orbax: a checkpoint is written to a temporary directory and renamed
 into place when complete, so a process killed mid-save leaves the previous checkpoints intact
-(the half-written one is ignored and cleaned up). A complete checkpoint whose files were
-damaged later (truncated, corrupted) fails to restore: it is moved aside to
-WORKDIR/corrupt_checkpoints/ and the next older one is used, with a warning.
+(the half-written one is ignored and cleaned up). A complete checkpoint whose files were damaged
+later (truncated, corrupted) fails to restore: it is moved aside to the quarantine directory and
+the next older one is used, with a warning. A checkpoint of another model is refused instead.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+from etils import epath
 import numpy as np
 import orbax.checkpoint as ocp
 
-from mlmjax import distributed
 from mlmjax import errors
-from mlmjax.data import pipeline
 
 
-def _global_data_position(data_iter: pipeline.ShardedIterator) -> dict:
-  """The data position of every shard, gathered from all processes (a collective)."""
-  parts = distributed.allgather_json(data_iter.get_state())
-  return {"num_shards": parts[0]["num_shards"],
-          "shards": {k: v for part in parts for k, v in part["shards"].items()}}
+class DataIterator(Protocol):
+  def global_state(self) -> dict: ...  # a collective: every process calls it
+  def set_state(self, state: dict) -> None: ...  # takes the global position
 
 
 class CheckpointWriteError(errors.UserError):
   """A checkpoint could not be written (disk full, permissions); older ones are intact."""
+
+
+class CheckpointMismatchError(errors.UserError):
+  """The workdir's checkpoints belong to a different model (config or tokenizer)."""
+
+
+@dataclasses.dataclass
+class Restored:
+  step: int
+  state: Any
+  host: dict  # the host item as saved (numpy leaves)
+  data: dict | None = None  # the data position (JSON), when asked for
 
 
 def _os_error(e: BaseException) -> OSError | None:
@@ -51,10 +63,6 @@ def _os_error(e: BaseException) -> OSError | None:
       return e
     e = e.__cause__ or e.__context__
   return None
-
-
-class CheckpointMismatchError(errors.UserError):
-  """The workdir's checkpoints belong to a different model (config or tokenizer)."""
 
 
 def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
@@ -67,32 +75,31 @@ def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
 
 class Checkpointer:
 
-  def __init__(self, workdir: str, max_to_keep: int):
-    self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  def __init__(self, directory: str, quarantine: str, max_to_keep: int):
+    self.directory, self._quarantine = directory, quarantine
     self.manager = ocp.CheckpointManager(
-        self.directory,
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True),
-    )
+        directory, options=ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return sorted(self.manager.all_steps())
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step every process agreed to save at after a SIGTERM (needs the JAX
     distributed runtime, see distributed.py; always False without it). Call it every step."""
     return self.manager.reached_preemption(step)
 
-  def restore_latest(self, abstract_state, data_iter_for: Callable[[int], Any],
-                     token_losses_like: dict[str, np.ndarray] | None = None):
-    """Restores the newest readable checkpoint: (step, state, token_losses, loop, data_iter),
-    with `data_iter = data_iter_for(step)` restored in place; None when there is none."""
-    for step in sorted(self.manager.all_steps(), reverse=True):
+  def restore_latest(self, abstract_state,
+                     data_iter_for: Callable[[int], DataIterator]) -> Restored | None:
+    """The newest readable checkpoint, with `data_iter_for(step)` restored in place; None when
+    there is none. Unreadable ones are set aside on the way."""
+    for step in reversed(self.all_steps()):
       self._check_compatible(step, abstract_state)
-      data_iter = data_iter_for(step)
       try:
-        state, token_losses, loop = self.restore(step, abstract_state, data_iter,
-                                                 token_losses_like)
+        restored = self.restore(step, abstract_state, with_data=True)
       except Exception as e:  # pylint: disable=broad-except  # any unreadable file
         reason = " ".join(str(e).split())[:300]
         logging.warning("Checkpoint %d in %s is unreadable (%s: %s); moved to %s, falling back"
@@ -100,14 +107,44 @@ class Checkpointer:
                         self._quarantine)
         self._set_aside(step)
         continue
-      return step, state, token_losses, loop, data_iter
+      data_iter_for(step).set_state(restored.data)  # a mismatch is the user's: not set aside
+      return restored
     return None
+
+  def restore(self, step: int, abstract_state, with_data: bool = False) -> Restored:
+    """The state on `abstract_state`'s shardings, the host item and, if asked, the data
+    position."""
+    args = {"state": ocp.args.StandardRestore(abstract_state)}
+    if os.path.isdir(os.path.join(self.directory, str(step), "host")):  # saved when non-empty
+      args["host"] = ocp.args.StandardRestore()
+    if with_data:
+      args["data"] = ocp.args.JsonRestore()
+    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
+    return Restored(step, restored["state"], restored.get("host") or {}, restored.get("data"))
+
+  def save(self, step: int, state, data_iter: DataIterator, host: dict) -> None:
+    """Starts an async save; device arrays are copied out before this returns, so the caller
+    may donate `state` to the next step right away. `host`: {name: tree of numbers/arrays}."""
+    # Copies: the host keeps updating its tables while the save runs in the background.
+    host = jax.tree.map(lambda x: np.array(x), host)
+    args = {"state": ocp.args.StandardSave(state),
+            "data": ocp.args.JsonSave(data_iter.global_state())}
+    if jax.tree.leaves(host):  # orbax refuses an empty tree
+      args["host"] = ocp.args.StandardSave(host)
+    with self._write_errors(step):
+      self.manager.save(step, args=ocp.args.Composite(**args), force=True)
+
+  def close(self) -> None:
+    """Waits for pending writes; a run must not exit with a save half-done."""
+    with self._write_errors(None):
+      self.manager.wait_until_finished()
+    self.manager.close()
 
   def _check_compatible(self, step: int, abstract_state) -> None:
     """A checkpoint of another model is a config problem, not damage: say so, touch nothing."""
     try:
-      saved_tree = ocp.StandardCheckpointer().metadata(
-          os.path.join(self.directory, str(step), "state")).item_metadata
+      saved_tree = ocp.StandardCheckpointHandler().metadata(
+          epath.Path(self.directory) / str(step) / "state").tree
     except Exception:  # pylint: disable=broad-except  # unreadable: restore decides
       return
     saved, wanted = _param_shapes(saved_tree["params"]), _param_shapes(abstract_state["params"])
@@ -136,10 +173,6 @@ class Checkpointer:
         f" ({len(differ)} parameters differ); resume with the run's config.json settings, or"
         " use a new --workdir")
 
-  @property
-  def _quarantine(self) -> str:
-    return os.path.join(os.path.dirname(self.directory), "corrupt_checkpoints")
-
   def _set_aside(self, step: int) -> None:
     if jax.process_index() == 0:
       os.makedirs(self._quarantine, exist_ok=True)
@@ -149,20 +182,6 @@ class Checkpointer:
       os.rename(os.path.join(self.directory, str(step)), target)
     multihost_utils.sync_global_devices(f"mlmjax_set_aside_{step}")
     self.manager.reload()
-
-  def save(self, step: int, state, data_iter: pipeline.ShardedIterator,
-           loop: dict | None = None,
-           token_losses: dict[str, np.ndarray] | None = None) -> None:
-    """Starts an async save; device arrays are copied out before this returns, so the caller
-    may donate `state` to the next step right away. `token_losses`: adaptive masking's table."""
-    args = {"state": ocp.args.StandardSave(state),
-            "data": ocp.args.JsonSave(_global_data_position(data_iter)),
-            "loop": ocp.args.JsonSave(loop or {})}
-    if token_losses is not None:
-      # Copies: the host keeps updating its table while the save runs in the background.
-      args["token_losses"] = ocp.args.StandardSave({k: v.copy() for k, v in token_losses.items()})
-    with self._write_errors(step):
-      self.manager.save(step, args=ocp.args.Composite(**args), force=True)
 
   @contextlib.contextmanager
   def _write_errors(self, step: int | None):
@@ -181,29 +200,3 @@ class Checkpointer:
           f"could not write {what} in {self.directory} ({os_error.strerror or os_error}); the"
           f" complete checkpoints are intact: fix this and run the same command again to"
           f" resume from {resume}") from e
-
-  def restore(self, step: int, abstract_state,
-              data_iter: pipeline.ShardedIterator | None = None,
-              token_losses_like: dict[str, np.ndarray] | None = None):
-    """Returns (state on `abstract_state`'s shardings, token_losses or None, loop); restores the
-    iterator in place if given."""
-    args = {"state": ocp.args.StandardRestore(abstract_state), "loop": ocp.args.JsonRestore()}
-    if data_iter is not None:
-      args["data"] = ocp.args.JsonRestore()
-    if token_losses_like is not None:
-      args["token_losses"] = ocp.args.StandardRestore(token_losses_like)
-    restored = self.manager.restore(step, args=ocp.args.Composite(**args))
-    if data_iter is not None:
-      data_iter.set_state(restored["data"])
-    return restored["state"], restored.get("token_losses"), restored["loop"]
-
-  def close(self) -> None:
-    """Waits for pending writes; a run must not exit with a save half-done."""
-    with self._write_errors(None):
-      self.manager.wait_until_finished()
-    self.manager.close()
-
-
-def abstract_with_shardings(abstract_tree, shardings):
-  return jax.tree.map(
-      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_tree, shardings)

@@ -7,3 +7,12 @@ traceback; anything else is a bug and keeps its traceback.
 
 class UserError(ValueError):
   pass
+
+
+class ConfigError(UserError):
+  """A config value mlmjax cannot use, with a message naming the key to change (the rules are
+  in config_check.py)."""
+
+
+class DataError(UserError):
+  """Bad or missing input data, with a message a user can act on."""

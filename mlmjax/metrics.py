@@ -43,6 +43,21 @@ def _drop_rows_after(path: str, step: int) -> None:
     os.replace(path + ".tmp", path)
 
 
+def rows(path: str) -> list[dict]:
+  """The rows of a metrics.jsonl file (none if it does not exist; a line cut short by a crash
+  is skipped)."""
+  if not os.path.exists(path):
+    return []
+  out = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      try:
+        out.append(json.loads(line))
+      except ValueError:
+        pass
+  return out
+
+
 class MetricWriter:
   """`metrics.jsonl` (one object per logged step, with a `step` key) + TensorBoard events.
 
@@ -50,15 +65,14 @@ class MetricWriter:
   holds each step once. (TensorBoard shows the re-logged points over the old ones.)
   """
 
-  def __init__(self, workdir: str, resume_step: int = 0):
+  def __init__(self, jsonl_path: str, tensorboard_dir: str, resume_step: int = 0):
     self.enabled = jax.process_index() == 0
     if not self.enabled:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    path = os.path.join(workdir, "metrics.jsonl")
-    _drop_rows_after(path, resume_step)
-    self._jsonl = open(path, "a", encoding="utf-8")
-    self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+    _drop_rows_after(jsonl_path, resume_step)
+    self._jsonl = open(jsonl_path, "a", encoding="utf-8")
+    self._tb = SummaryWriter(tensorboard_dir)
 
   def write(self, step: int, metrics: dict[str, float]) -> None:
     if not self.enabled:

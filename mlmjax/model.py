@@ -138,8 +138,6 @@ class BertForPretraining(nnx.Module):
 
   def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False):
     d, std = cfg.hidden_size, cfg.initializer_range
-    if d % cfg.num_heads:
-      raise ValueError(f"model.hidden_size={d} is not divisible by model.num_heads={cfg.num_heads}")
     self.dtype = jnp.dtype(cfg.dtype)
     self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
     self.use_rope = cfg.position_embedding_type == "rope"
@@ -197,9 +195,8 @@ class BertForPretraining(nnx.Module):
     out = {"mlm_logits": logits_bpv.astype(jnp.float32) + self.mlm_bias[...]}
     if self.nsp_head:
       # BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
-      # example each), then dropout and a 2-way classifier.
+      # example each), then a 2-way classifier; no dropout in between (as in BERT's
+      # pretraining head and Hugging Face's BertPreTrainingHeads).
       pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
-      key = None if dropout_key is None else jax.random.fold_in(dropout_key, 1 << 30)
-      pooled_bd = dropout(pooled_bd, self.rate, key)
       out["nsp_logits"] = self.nsp_classifier(pooled_bd).astype(jnp.float32)
     return out

@@ -1,17 +1,18 @@
-"""Optimizer: global-norm clipping + AdamW or LAMB, warmup and linear decay, no decay on LN/bias."""
+"""Optimizer: global-norm clipping + AdamW or LAMB, warmup and linear decay, no decay on LN/bias.
+
+The learning rate is a function of the train state's step, passed to every update as `step=`:
+a step whose update is skipped (non-finite gradients, see make_optimizer) still uses up its
+place in the schedule, so the schedule ends exactly at train.steps and the rate a step logs is
+the rate it applied. (optax's own schedules count applied updates instead, which a skipped step
+freezes.)
+"""
 
 from __future__ import annotations
 
 import jax
 import optax
 
-from mlmjax import errors
-
 OPTIMIZERS = ("adamw", "lamb")
-
-
-class OptimizerError(errors.UserError):
-  """An unknown or inconsistent optimizer setting."""
 
 
 def learning_rate_schedule(train_config) -> optax.Schedule:
@@ -25,34 +26,42 @@ def learning_rate_schedule(train_config) -> optax.Schedule:
 
 
 def decay_mask(params):
-  """Weight decay applies to matrices and embeddings (`kernel`, `*_embedding`), never to
-  LayerNorm scales or biases, as in BERT."""
+  """Weight decay (and LAMB's layer adaptation) applies to matrices and embeddings (`kernel`,
+  `*_embedding`), never to LayerNorm scales or biases, as in BERT."""
   def decays(path, _):
     name = str(getattr(path[-1], "key", path[-1]))
     return name.endswith("kernel") or name.endswith("embedding")
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
-def make_optimizer(train_config) -> optax.GradientTransformation:
+def scale_by_step_schedule(schedule: optax.Schedule) -> optax.GradientTransformationExtraArgs:
+  """-schedule(step) x the updates, `step` being the caller's (the train state's) step."""
+  def update(updates, state, params=None, *, step, **extra_args):
+    del params, extra_args
+    lr = schedule(step)
+    return jax.tree.map(lambda u: -lr * u, updates), state
+  return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
+
+
+def make_optimizer(train_config) -> optax.GradientTransformationExtraArgs:
   """Clip + AdamW or LAMB, behind optax.apply_if_finite: a step whose gradients hold a NaN or
   Inf changes neither the parameters nor the optimizer state (the trainer's policy then
-  decides whether to go on, see train.nonfinite_policy).
+  decides whether to go on, see train.nonfinite_policy). Updates take `step=`.
 
   LAMB (You et al., 2019; NVIDIA's large-batch BERT recipe) is Adam's update with weight decay,
   rescaled per parameter tensor by the trust ratio ||w|| / ||update||, so every layer moves by
   about learning_rate x its own norm whatever the scale of its gradients: what lets batches of
-  32K-64K sequences train at high learning rates. Both share the adam_* keys, the decay mask and
-  the schedule; NVIDIA also clips the global gradient norm before LAMB, as done here.
+  32K-64K sequences train at high learning rates. As in ALBERT's and NVIDIA's LAMB, LayerNorm
+  parameters and biases are excluded from the trust ratio exactly as from weight decay. Both
+  share the adam_* keys, the decay mask and the schedule; NVIDIA also clips the global gradient
+  norm before LAMB, as done here.
   """
-  name = train_config.optimizer
-  if name not in OPTIMIZERS:
-    raise OptimizerError(f"train.optimizer={name!r} is not one of {', '.join(OPTIMIZERS)}")
-  factory = optax.adamw if name == "adamw" else optax.lamb
-  inner = optax.chain(
-      optax.clip_by_global_norm(train_config.grad_clip_norm),
-      factory(learning_rate_schedule(train_config), b1=train_config.adam_b1,
-              b2=train_config.adam_b2, eps=train_config.adam_eps,
-              weight_decay=train_config.weight_decay, mask=decay_mask),
-  )
+  t = train_config
+  adam = [optax.scale_by_adam(b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps),
+          optax.add_decayed_weights(t.weight_decay, mask=decay_mask)]
+  if t.optimizer == "lamb":
+    adam.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
+  inner = optax.chain(optax.clip_by_global_norm(t.grad_clip_norm), *adam,
+                      scale_by_step_schedule(learning_rate_schedule(t)))
   # Never "give up and apply" (optax's fallback): the host stops the run instead.
   return optax.apply_if_finite(inner, max_consecutive_errors=2**31 - 1)

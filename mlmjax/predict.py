@@ -8,23 +8,16 @@ are printed per mask.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 from absl import app
 from absl import flags
 import jax
 import numpy as np
-import ml_collections
-from flax import nnx
 
-from mlmjax import checkpoint as checkpoint_lib
 from mlmjax import errors
 from mlmjax import metrics
-from mlmjax import sharding
-from mlmjax import train
-from mlmjax import train_state
+from mlmjax import workdir as workdir_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 
 MASK_TEXT = "[MASK]"
@@ -37,22 +30,9 @@ class Predictor:
   """The trained model of `workdir`, loaded once on one device."""
 
   def __init__(self, workdir: str):
-    config_path = os.path.join(workdir, train.CONFIG_FILENAME)
-    if not os.path.isfile(config_path):
-      raise errors.UserError(f"{workdir} holds no training run (no {train.CONFIG_FILENAME})")
-    with open(config_path, encoding="utf-8") as f:
-      self.config = ml_collections.ConfigDict(json.load(f))
-    self.tok = tokenizer_lib.Tokenizer.load(os.path.join(workdir, tokenizer_lib.MODEL_FILENAME))
-    self.config.mesh.shape = (1, 1, 1)  # whatever mesh trained it, predict on one device
-    mesh = sharding.make_mesh(self.config.mesh, devices=jax.devices()[:1])
-    setup = train_state.make_setup(self.config, self.tok.vocab_size, mesh)
-    ckpt = checkpoint_lib.Checkpointer(workdir, self.config.train.max_checkpoints_to_keep)
-    self.step = ckpt.latest_step()
-    if self.step is None:
-      raise errors.UserError(f"{workdir} has no checkpoint yet")
-    state = ckpt.restore(self.step, setup.abstract_state)[0]
-    ckpt.close()
-    self.model = nnx.merge(setup.graphdef, state["params"])
+    run = workdir_lib.load_run(workdir)
+    self.config, self.tok, self.step = run.config, run.tokenizer, run.step
+    self.model = run.model()
 
   def encode(self, text: str) -> list[int]:
     """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""

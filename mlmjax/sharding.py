@@ -19,35 +19,15 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from mlmjax import errors
-
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over every non-tensor axis
 
 
-class MeshError(errors.UserError):
-  """A mesh shape or rule table that does not fit the devices."""
-
-
-class BatchSplitError(errors.UserError):
-  """A global batch that cannot be split evenly over devices and micro-batches."""
-
-
 def resolve_mesh_shape(shape, num_devices: int) -> tuple[int, ...]:
-  """`-1` in one place means "all remaining devices"."""
+  """`-1` in one place means "all remaining devices" (config_check.py validates the shape)."""
   shape = tuple(int(s) for s in shape)
-  if len(shape) != len(MESH_AXES) or shape.count(-1) > 1:
-    raise MeshError(f"config.mesh.shape={shape} must have 3 entries {MESH_AXES}, at most one -1")
   known = int(np.prod([s for s in shape if s != -1]))
-  if -1 in shape:
-    if num_devices % known:
-      raise MeshError(
-          f"config.mesh.shape={shape}: {num_devices} devices are not divisible by {known}")
-    shape = tuple(num_devices // known if s == -1 else s for s in shape)
-  if int(np.prod(shape)) != num_devices:
-    raise MeshError(
-        f"config.mesh.shape={shape} needs {int(np.prod(shape))} devices, have {num_devices}")
-  return shape
+  return tuple(num_devices // known if s == -1 else s for s in shape)
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
@@ -58,21 +38,15 @@ def make_mesh(mesh_config, devices=None) -> Mesh:
                        axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
 
+def rule_targets(target) -> tuple[str, ...]:
+  """A rule's mesh axes: None -> (), 'fsdp' -> ('fsdp',), ('data', 'fsdp') as it is."""
+  return () if target is None else (target,) if isinstance(target, str) else tuple(target)
+
+
 def parse_rules(rules) -> dict[str, tuple[str, ...]]:
   """(('embed', 'fsdp'), ('kv', None), ('x', ('data', 'fsdp')), ...) -> {'embed': ('fsdp',),
-  'kv': (), ...}; a mesh axis name that does not exist is a config error, not a late XLA one."""
-  parsed = {}
-  for rule in rules:
-    if len(rule) != 2:
-      raise MeshError(f"config.mesh.rules entry {rule!r} must be a (logical axis, mesh axis) pair")
-    name, target = rule
-    target = () if target is None else (target,) if isinstance(target, str) else tuple(target)
-    unknown = [a for a in target if a not in MESH_AXES]
-    if unknown:
-      raise MeshError(f"config.mesh.rules maps {name!r} to {unknown[0]!r}, which is not a mesh"
-                      f" axis ({', '.join(MESH_AXES)})")
-    parsed[name] = target
-  return parsed
+  'kv': (), ...} (config_check.py validates the table)."""
+  return {name: rule_targets(target) for name, target in rules}
 
 
 def spec_for(shape: tuple[int, ...], axes: tuple[str | None, ...],
@@ -146,18 +120,13 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def data_parallel_size(mesh: Mesh) -> int:
-  return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
+def with_shardings(abstract_tree, shardings):
+  """ShapeDtypeStructs that carry target shardings (what restoring onto a mesh takes)."""
+  return jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract_tree, shardings)
 
 
-def micro_batch_size(batch_size: int, grad_accum_steps: int, mesh: Mesh) -> int:
-  """Rows per micro-batch; every device must hold the same whole number of rows of each."""
-  dp = data_parallel_size(mesh)
-  if grad_accum_steps < 1:
-    raise BatchSplitError(f"train.grad_accum_steps={grad_accum_steps} must be >= 1")
-  if batch_size % (grad_accum_steps * dp):
-    raise BatchSplitError(
-        f"train.batch_size={batch_size} must be divisible by train.grad_accum_steps="
-        f"{grad_accum_steps} x the data-parallel size {dp} (data x fsdp of the mesh"
-        f" {dict(mesh.shape)}) = {grad_accum_steps * dp}")
-  return batch_size // grad_accum_steps
+def to_device(batch: dict, mesh: Mesh) -> dict:
+  """This process's rows -> global arrays sharded over the batch axes of the mesh."""
+  s = batch_sharding(mesh)
+  return {k: jax.make_array_from_process_local_data(s, v) for k, v in batch.items()}

@@ -1,11 +1,21 @@
-"""Test set-up: 8 fake CPU devices, set before anything imports jax."""
+"""Test set-up: 8 fake CPU devices, set before anything imports jax, and one compilation
+cache for the session."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                            " --xla_force_host_platform_device_count=8").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
+# Many tests train the same tiny models again (resume, determinism, every strategy), in this
+# process and in subprocesses: jax's persistent cache compiles each program once per session.
+_CACHE = tempfile.mkdtemp(prefix="mlmjax_test_jax_cache_")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # so `configs` imports like it does from the repo root
 
@@ -33,7 +43,7 @@ def corpus():
 @pytest.fixture(scope="session")
 def tokenizer_path(corpus, tmp_path_factory):
   """A small sentencepiece model trained once per session on the built-in corpus."""
-  tok = tokenizer_lib.train_tokenizer(corpus[0].documents[:300], 512, "unigram", 100_000)
+  tok = tokenizer_lib.train_tokenizer(corpus[0][:300], 512, "unigram", 100_000)
   path = str(tmp_path_factory.mktemp("tok") / "test.model")
   tok.save(path)
   return path
@@ -43,8 +53,7 @@ def tokenizer_path(corpus, tmp_path_factory):
 def vocab_stats_for_tests(tokenizer_path, corpus):
   """Word/frequency tables of the session tokenizer over the built-in training split."""
   from mlmjax.data import vocab_stats  # pylint: disable=g-import-not-at-top
-  return vocab_stats.compute(tokenizer_lib.Tokenizer.load(tokenizer_path), corpus[0].documents,
-                             300)
+  return vocab_stats.compute(tokenizer_lib.Tokenizer.load(tokenizer_path), corpus[0], 300)
 
 
 @pytest.fixture
@@ -82,19 +91,19 @@ def micro_config(tokenizer_path):
 def saved_state(workdir, step=None):
   """Checkpoint `step` (default: the latest) of a run as numpy arrays, rebuilt on one device
   from the run's own config.json."""
-  import json  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  import ml_collections  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from mlmjax import checkpoint, sharding, train_state  # pylint: disable=g-import-not-at-top
-  with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  config.mesh.shape = (1, 1, 1)
-  tok = tokenizer_lib.Tokenizer.load(os.path.join(workdir, tokenizer_lib.MODEL_FILENAME))
-  setup = train_state.make_setup(config, tok.vocab_size,
-                                 sharding.make_mesh(config.mesh, jax.devices()[:1]))
-  ckpt = checkpoint.Checkpointer(workdir, config.train.max_checkpoints_to_keep)
-  step = ckpt.latest_step() if step is None else step
-  state = ckpt.restore(step, setup.abstract_state)[0]
-  ckpt.close()
-  return jax.tree.map(np.asarray, state)
+  from mlmjax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  return jax.tree.map(np.asarray, workdir_lib.load_run(workdir, step).state)
+
+
+def latest_step(workdir):
+  """The step of a run's newest complete checkpoint (None if there is none)."""
+  from mlmjax import checkpoint  # pylint: disable=g-import-not-at-top
+  from mlmjax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  run = workdir_lib.Workdir(workdir)
+  ckpt = checkpoint.Checkpointer(run.checkpoints, run.corrupt_checkpoints, 1)
+  try:
+    return ckpt.latest_step()
+  finally:
+    ckpt.close()

@@ -7,6 +7,7 @@ import os
 import orbax.checkpoint as ocp
 import pytest
 
+from conftest import latest_step
 from mlmjax import checkpoint
 from mlmjax import errors
 from mlmjax import train
@@ -44,12 +45,14 @@ def _set(config, dotted, value):
 @pytest.mark.parametrize("key,value,message", [
     ("masking.mask_rate", 1.5, "masking.mask_rate=1.5 must be strictly between 0 and 1"),
     ("masking.mask_rate", 0.0, "masking.mask_rate=0.0 must be strictly between 0 and 1"),
-    ("train.batch_size", 12, "train.batch_size=12 must be divisible by the data-parallel size 8"
-                             " and the process count 1"),
+    ("train.batch_size", 12, "train.batch_size=12 must be divisible by"
+                             " train.grad_accum_steps=1 x the data-parallel size 8 (data x fsdp"
+                             " of the mesh {'data': 8, 'fsdp': 1, 'tensor': 1}) and by the"
+                             " process count 1"),
     ("data.seq_len", 64, "data.seq_len=64 exceeds model.max_position_embeddings=32"),
     ("masking.max_predictions_per_seq", 2,
      "masking.max_predictions_per_seq=2 is too small for masking.mask_rate=0.15 at seq_len 32:"
-     " a full row wants 4 predictions; set it to at least 4"),
+     " a full row wants 5 predictions; set it to at least 5"),  # 0.15 x 30 = 4.5, rounded up
     ("mesh.shape", (3, 1, 1), "config.mesh.shape=(3, 1, 1) needs 3 devices, have 8"),
     ("data.format", "pairs", "data.format='pairs' is not one of full_sentences, doc_sentences,"
                              " segment_pair, sentence_pair, sop"),
@@ -92,7 +95,7 @@ def test_empty_tiny_or_binary_corpus_changes_nothing(trained, micro_config, tmp_
 
 def test_another_tokenizer_is_refused(trained, micro_config, corpus, tmp_path):
   workdir, before = trained
-  other = tok_lib.train_tokenizer(corpus[0].documents[:200], 400, "unigram", 100_000)
+  other = tok_lib.train_tokenizer(corpus[0][:200], 400, "unigram", 100_000)
   other_path = str(tmp_path / "other.model")
   other.save(other_path)
   micro_config.tokenizer.path = other_path
@@ -146,4 +149,4 @@ def test_disk_full_during_a_save_keeps_earlier_checkpoints(trained, micro_config
   assert all(after[k] == v for k, v in before.items() if k != "config.json")
   monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed
   train.train_and_evaluate(micro_config, workdir)
-  assert checkpoint.Checkpointer(workdir, 3).latest_step() == 8
+  assert latest_step(workdir) == 8

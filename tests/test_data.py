@@ -1,5 +1,8 @@
 """Tokenizer, packing and the grain pipeline (sources: test_sources.py)."""
 
+import collections
+import re
+
 import numpy as np
 import pytest
 
@@ -54,3 +57,24 @@ def test_eval_iter_is_fixed(micro_config, corpus, make_masker):
   for x, y in zip(a, b):
     for k in x:
       np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.mark.parametrize("data_format", ["doc_sentences", "segment_pair"])
+def test_rows_of_a_long_document_spread_over_batches(data_format, micro_config, tokenizer_path,
+                                                     make_masker):
+  """Without the row shuffle window, a document of ~10 rows filled most of a 16-row batch."""
+  from mlmjax.data import sources  # pylint: disable=g-import-not-at-top
+  tok = tok_lib.Tokenizer.load(tokenizer_path)
+  names = ["Moses", "Aaron", "David", "Israel", "Judah", "Egypt", "Jacob", "Joseph", "Samuel",
+           "Saul"]
+  docs = [" ".join([f"And {names[i // 10]} saw {names[i % 10]} there."] * 40) for i in range(100)]
+  train = sources.TextSource("numbered", docs, 50, held_out=False)
+  micro_config.data.format = data_format
+  it = pipeline.make_train_iter(micro_config, tok, train, make_masker(micro_config))
+  for _ in range(4):
+    batch = next(it)
+    owners = []
+    for ids in batch["input_ids"]:
+      pairs = re.findall(r"(\w+) saw (\w+)", tok.decode([i for i in ids if i >= tok_lib.NUM_SPECIAL]))
+      owners.append(collections.Counter(pairs).most_common(1)[0][0])
+    assert collections.Counter(owners).most_common(1)[0][1] <= 4, owners

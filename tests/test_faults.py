@@ -7,11 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from mlmjax import checkpoint
+from conftest import saved_state
 from mlmjax import sharding
 from mlmjax import train
-from mlmjax import train_state
-from mlmjax.data import masking
+from mlmjax import steps
+from mlmjax.data.masking import masker as masker_lib
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 
@@ -20,33 +20,33 @@ from mlmjax.data import tokenizer as tok_lib
 def nan_at_step(monkeypatch):
   """Makes the masker emit NaN loss weights for the batch of one (0-based) step."""
   def install(bad_step):
-    original = masking.Masker.__call__
+    original = masker_lib.Masker.__call__
 
     def poisoned(self, batch, *, seed, step, example_ids):
       out = original(self, batch, seed=seed, step=step, example_ids=example_ids)
       if step == bad_step and seed < 1000:  # training batches only, not eval's
         out["masked_weights"] = np.full_like(out["masked_weights"], np.nan)
       return out
-    monkeypatch.setattr(masking.Masker, "__call__", poisoned)
+    monkeypatch.setattr(masker_lib.Masker, "__call__", poisoned)
   return install
 
 
 def test_nonfinite_step_changes_nothing(micro_config, corpus, make_masker):
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
   mesh = sharding.make_mesh(micro_config.mesh)
-  setup = train_state.make_setup(micro_config, tok.vocab_size, mesh)
-  step = train_state.make_train_step(setup, micro_config)
+  setup = steps.make_setup(micro_config, tok.vocab_size, mesh)
+  step = steps.make_train_step(setup, micro_config)
   batch = next(pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config)))
   state = setup.init_fn()
   before = jax.tree.map(np.asarray, state)
   bad = dict(batch, masked_weights=np.full_like(batch["masked_weights"], np.nan))
-  state, metrics = step(state, train_state.to_device(bad, mesh))
+  state, metrics = step(state, sharding.to_device(bad, mesh))
   assert float(metrics["nonfinite"]) == 1.0
   after = jax.tree.map(np.asarray, state)
   for x, y in zip(jax.tree.leaves(before["params"]), jax.tree.leaves(after["params"])):
     np.testing.assert_array_equal(x, y)
   for _ in range(2):  # good batches still train (the first update has warmup's lr 0)
-    state, metrics = step(state, train_state.to_device(batch, mesh))
+    state, metrics = step(state, sharding.to_device(batch, mesh))
     assert float(metrics["nonfinite"]) == 0.0
   assert not np.array_equal(np.asarray(state["params"]["token_embedding"]),
                             before["params"]["token_embedding"])
@@ -72,10 +72,5 @@ def test_stop_policy_names_the_step_and_saves_nothing_after_it(tmp_path, micro_c
       " last checkpoint was saved (lower train.learning_rate, or set"
       " train.nonfinite_policy='skip')")
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
-  tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
-  setup = train_state.make_setup(micro_config, tok.vocab_size,
-                                 sharding.make_mesh(micro_config.mesh))
-  ckpt = checkpoint.Checkpointer(str(tmp_path), 3)
-  state = ckpt.restore(4, setup.abstract_state)[0]
-  ckpt.close()
-  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(state["params"]))
+  state = saved_state(str(tmp_path), 4)
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(state["params"]))

@@ -155,3 +155,44 @@ def test_packing_keeps_every_sequence_exactly_once():
       seen.append(tuple(ids[where][1:-1]))
   expected = [tuple(c) for d in docs for c in formats.chunk_sentences(d.sentences, 46)]
   assert sorted(seen) == sorted(expected)
+
+
+@pytest.mark.parametrize("data_format", ["segment_pair", "sop"])
+def test_single_sentences_are_cut_at_word_starts(data_format, tokenizer_path, corpus,
+                                                 vocab_stats_for_tests):
+  """A one-sentence chunk is cut in two for a pair; cutting inside a word would let a swapped
+  SOP pair start mid-word (a label cue). Every A and B begins at a word start."""
+  tokenizer = tok.Tokenizer.load(tokenizer_path)
+  word_start = vocab_stats_for_tests.word_start
+  # Long KJV verses as one-sentence documents: every pair comes from a cut.
+  verses = [v for d in corpus[0][:60] for v in d.split("\n") if len(v) > 120 and "." not in v]
+  docs = [formats.Document(i, 0, [np.asarray(tokenizer.encode([v])[0], np.int32)])
+          for i, v in enumerate(verses)]
+  ds = grain.MapDataset.source(docs).to_iter_dataset()
+  rows = list(formats.make_rows(ds, data_format, 128, seed=0, num_bins=1,
+                                random_document=lambda rng, i: docs[(i + 1) % len(docs)].sentences,
+                                word_start=word_start))
+  # (NSP negatives are left out: a random B of another document may be trimmed from the front
+  # by BERT's truncate_seq_pair.)
+  cut = [r for r in rows if data_format == "sop" or r["nsp_labels"] == 0]
+  assert len(cut) > 50
+  for row in cut:
+    ids = row["input_ids"]
+    seps = np.flatnonzero(ids == tok.SEP_ID)
+    assert word_start[ids[1]] and word_start[ids[seps[0] + 1]]
+
+
+def test_a_one_document_split_makes_pairs(tokenizer_path, corpus, micro_config, make_masker):
+  """A corpus under ~75 documents holds out one: NSP negatives then come from elsewhere in that
+  document instead of crashing at the first eval."""
+  from mlmjax.data import pipeline, sources  # pylint: disable=g-import-not-at-top
+  tokenizer = tok.Tokenizer.load(tokenizer_path)
+  one = sources.TextSource("one", list(corpus[0][:30]), 50, held_out=True)
+  assert len(one) == 1
+  for data_format in formats.PAIR_FORMATS:
+    micro_config.data.format = data_format
+    batches = list(pipeline.make_eval_iter(micro_config, tokenizer, one,
+                                           make_masker(micro_config)))
+    assert len(batches) == micro_config.train.eval_batches
+    labels = np.concatenate([b["nsp_labels"] for b in batches])
+    assert 0 < labels.mean() < 1

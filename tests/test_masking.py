@@ -1,12 +1,24 @@
-"""Masking statistics and determinism (strategy `random`)."""
+"""Masking basics (strategy `random`): budget, specials, purity; the counter-based uniforms.
+
+The per-strategy statistics, 80/10/10 included, are in test_masking_strategies.py.
+"""
 
 import numpy as np
 import pytest
 
+from configs import base
 from mlmjax.data import masking
 from mlmjax.data import tokenizer as tok
+from mlmjax.data import vocab_stats
+from mlmjax.data.masking import uniforms
 
 VOCAB = 1000
+
+
+def _stats():
+  z = np.zeros(VOCAB, bool)
+  return vocab_stats.VocabStats(word_start=z, punctuation=z, capitalized=z, sentence_end=z,
+                                counts=np.zeros(VOCAB, np.int64))
 
 
 def _batch(rows=64, length=128, seed=0):
@@ -22,26 +34,29 @@ def _batch(rows=64, length=128, seed=0):
   return {"input_ids": ids}
 
 
-def _mask(batch, step=0, example_ids=None, max_predictions=20, **kw):
+def _mask(batch, step=0, example_ids=None, seed=1, **overrides):
+  config = base.get_config().masking
+  config.update(overrides)
   rows = batch["input_ids"].shape[0]
   ids = np.arange(rows) if example_ids is None else example_ids
-  args = dict(mask_rate=0.15, mask_token_prob=0.8, random_token_prob=0.1)
-  args.update(kw)
-  return masking.mask_batch(batch, seed=1, step=step, example_ids=ids, vocab_size=VOCAB,
-                            max_predictions=max_predictions, **args)
+  return masking.Masker(config, _stats())(batch, seed=seed, step=step, example_ids=ids)
+
+
+def test_budget_rounds_half_up_with_at_least_one_and_a_cap():
+  budget, want = masking.budget(np.array([0, 1, 3, 30, 96, 510]), 0.15, 76)
+  np.testing.assert_array_equal(want, [0, 1, 1, 5, 14, 77])  # 4.5 -> 5, 76.5 -> 77
+  np.testing.assert_array_equal(budget, [0, 1, 1, 5, 14, 76])
 
 
 def test_selection_rate_and_specials():
   batch = _batch()
   maskable_per_row = 101 - 5  # 101 real tokens minus CLS, SEP, CLS, SEP, UNK
-  total_chosen = 0
+  per_row = int(masking.budget(maskable_per_row, 0.15, 20)[0])
+  assert per_row == 14
   for step in range(20):
     out = _mask(batch, step)
     w = out["masked_weights"]
-    chosen = w.sum(axis=1)
-    # round(0.15 * 96) = 14 per row, exactly.
-    assert np.all(chosen == round(0.15 * maskable_per_row))
-    total_chosen += chosen.sum()
+    assert np.all(w.sum(axis=1) == per_row)
     pos = out["masked_positions"][w > 0]
     rows = np.nonzero(w > 0)[0]
     original = batch["input_ids"][rows, pos]
@@ -59,26 +74,6 @@ def test_selection_rate_and_specials():
     for r in range(w.shape[0]):
       p = out["masked_positions"][r][w[r] > 0]
       assert np.all(np.diff(p) > 0)
-  assert total_chosen == 20 * 64 * 14
-
-
-def test_replacement_split_80_10_10():
-  batch = _batch(rows=256)
-  counts = np.zeros(3)
-  for step in range(20):
-    out = _mask(batch, step)
-    w = out["masked_weights"] > 0
-    rows = np.nonzero(w)[0]
-    new = out["input_ids"][rows, out["masked_positions"][w]]
-    old = out["masked_ids"][w]
-    counts += [np.sum(new == tok.MASK_ID), np.sum((new != tok.MASK_ID) & (new != old)),
-               np.sum(new == old)]
-  n = counts.sum()
-  frac = counts / n
-  # n ~ 72k: 5 standard deviations of a binomial proportion is < 0.008.
-  expected = np.array([0.8, 0.1 * (1 - 1 / (VOCAB - 5)), 0.1 + 0.1 / (VOCAB - 5)])
-  sd = np.sqrt(expected * (1 - expected) / n)
-  assert np.all(np.abs(frac - expected) < 5 * sd), (frac, expected)
 
 
 def test_random_replacements_are_uniform_non_special():
@@ -104,18 +99,15 @@ def test_pure_function_of_seed_step_example():
   # Another step, another example index or another seed: different masks.
   c = _mask(batch, step=6, example_ids=np.arange(100, 108))
   d = _mask(batch, step=5, example_ids=np.arange(200, 208))
-  assert not np.array_equal(a["masked_positions"], c["masked_positions"])
-  assert not np.array_equal(a["masked_positions"], d["masked_positions"])
-  e = masking.mask_batch(batch, seed=2, step=5, example_ids=np.arange(100, 108),
-                         vocab_size=VOCAB, mask_rate=0.15, mask_token_prob=0.8,
-                         random_token_prob=0.1, max_predictions=20)
-  assert not np.array_equal(a["masked_positions"], e["masked_positions"])
+  e = _mask(batch, step=5, example_ids=np.arange(100, 108), seed=2)
+  for other in (c, d, e):
+    assert not np.array_equal(a["masked_positions"], other["masked_positions"])
 
 
 def test_budget_caps_at_max_predictions_and_empty_rows():
   batch = _batch(rows=4)
   batch["input_ids"][1] = tok.PAD_ID  # an all-padding row (e.g. eval padding)
-  out = _mask(batch, max_predictions=5)
+  out = _mask(batch, max_predictions_per_seq=5)
   assert out["masked_positions"].shape == (4, 5)
   np.testing.assert_array_equal(out["masked_weights"].sum(1), [5, 0, 5, 5])
 
@@ -131,7 +123,7 @@ def test_tiny_rows_still_get_one_prediction(length):
 
 
 def test_uniforms_look_uniform():
-  u = masking.uniform(0, 0, 0, np.arange(512), 512).ravel()
+  u = uniforms.uniform(0, 0, 0, np.arange(512), 512).ravel()
   assert 0.0 <= u.min() and u.max() < 1.0
   hist = np.histogram(u, bins=16, range=(0, 1))[0]
   expected = u.size / 16
@@ -139,6 +131,6 @@ def test_uniforms_look_uniform():
 
 
 def test_uniforms_are_strictly_inside_the_unit_interval_even_for_all_zero_inputs():
-  u = masking.uniform(0, 0, 0, np.arange(4), 8)
+  u = uniforms.uniform(0, 0, 0, np.arange(4), 8)
   assert u.min() > 0.0 and u.max() < 1.0
   assert len(np.unique(u)) == u.size  # no fixed point of the hash at zero

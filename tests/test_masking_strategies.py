@@ -1,28 +1,37 @@
-"""Every masking strategy: the statistics that define it, its invariants, its errors.
+"""Every masking strategy: the statistics that define it and its invariants, on rows made by
+the real row builder (formats.make_rows) from the built-in corpus.
 
 Statistical checks pool enough draws that the bound (5 standard deviations of the estimate) is
-tight, yet a correct implementation fails with probability < 1e-6 per check.
+tight, yet a correct implementation fails with probability < 1e-6 per check. Config errors are
+in test_config_check.py.
 """
 
 import logging
-import os
 import pickle
 import re
 
+import grain
 import numpy as np
 import pytest
 
 from configs import base
-from mlmjax import errors
+from mlmjax.data import formats
 from mlmjax.data import masking
-from mlmjax.data import masking_settings
+from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.data import vocab_stats
+from mlmjax.data.masking import entities
+from mlmjax.data.masking import spans
+from mlmjax.data.masking import strategies
+from mlmjax.data.masking import uniforms
+from mlmjax.data.masking import units
 
 NS = tok_lib.NUM_SPECIAL
 ROWS, LEN, P = 256, 128, 20
-ALL = ("random", "whole_word", "span", "entity", "frequency", "mixture", "static", "adaptive")
+ALL = masking.STRATEGIES
 MIX = "random=0.5,span=0.3,whole_word=0.2"
+PHRASES = ["the children of Israel", "Israel", "the LORD", "the LORD God", "Moses", "David",
+           "the house of David", "Jerusalem"]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -31,45 +40,30 @@ def _cfg(**kw):
   c = base.get_config().masking
   c.max_predictions_per_seq = P
   c.mixture = MIX
-  for k, v in kw.items():
-    setattr(c, k, v)
+  c.update(kw)
   return c
 
 
-def _pack(tok, docs, rows=ROWS, length=LEN, epoch=0, order_seed=None, fill=True):
-  """Greedy packing of `[CLS] chunk [SEP]` sequences into rows, with every batch key."""
-  seqs = []
-  for di, ids in enumerate(tok.encode([d.replace("\n", " ") for d in docs])):
-    for ci, s in enumerate(range(0, len(ids), length - 2)):
-      seqs.append((di * 1000 + ci + 1, [tok_lib.CLS_ID] + ids[s:s + length - 2] + [tok_lib.SEP_ID]))
+def _rows(tok, texts, data_format="full_sentences", rows=ROWS, epoch=0, order_seed=None):
+  """Rows of `texts` (one document each) built as the pipeline builds them, as one batch with
+  every key the masker may read, and an extra key that must pass through."""
+  reader = pipeline.DocumentReader(texts, tok.model_proto)
+  docs = grain.MapDataset.source([formats.Document(i, epoch, reader.sentences(i))
+                                  for i in range(len(texts))])
   if order_seed is not None:
-    np.random.default_rng(order_seed).shuffle(seqs)
-  out = {k: np.zeros((rows, length), np.int32)
-         for k in ("input_ids", "segment_ids", "positions", "token_type_ids", "epochs")}
-  out["sequence_keys"] = np.zeros((rows, length), np.uint64)
-  r = c = 0
-  sid = 1
-  for key, s in seqs:
-    if c + len(s) > length:
-      r, c, sid = r + 1, 0, 1
-      if r == rows:
-        break
-    n = len(s)
-    out["input_ids"][r, c:c + n] = s
-    out["segment_ids"][r, c:c + n] = sid
-    out["positions"][r, c:c + n] = np.arange(n)
-    out["sequence_keys"][r, c:c + n] = key
-    out["epochs"][r, c:c + n] = epoch
-    c, sid = c + n, sid + 1
-  assert r == rows or not fill, "not enough text"
-  out["nsp_labels"] = np.arange(rows, dtype=np.int32) % 2  # an extra key to pass through
-  return out
+    docs = docs.shuffle(seed=order_seed)
+  made = list(formats.make_rows(docs.to_iter_dataset(), data_format, LEN, seed=0, num_bins=8,
+                                keep_origin=True))
+  assert rows is None or len(made) >= rows, "not enough text"
+  made = made[:rows]
+  batch = {k: np.stack([r[k] for r in made]) for k in made[0]}
+  batch["nsp_labels"] = np.arange(len(made), dtype=np.int32) % 2
+  return batch
 
 
 def _budget(batch):
-  ids, seg = batch["input_ids"], batch["segment_ids"]
-  n = ((ids >= NS) & (seg > 0)).sum(1)
-  return np.where(n > 0, np.minimum(P, np.maximum(1, np.floor(0.15 * n + 0.5))), 0)
+  maskable = (batch["input_ids"] >= NS) & (batch["segment_ids"] > 0)
+  return masking.budget(maskable.sum(1), 0.15, P)[0]
 
 
 def _selected(out, shape):
@@ -116,13 +110,12 @@ def _assert_all_or_nothing(unit, sel):
   return n_all[n_sel > 0]
 
 
-def _split(out, batch):
+def _split(out):
   w = out["masked_weights"] > 0
-  rows = np.nonzero(w)[0]
-  new = out["input_ids"][rows, out["masked_positions"][w]]
+  new = out["input_ids"][np.nonzero(w)[0], out["masked_positions"][w]]
   old = out["masked_ids"][w]
-  return np.array([np.sum(new == tok_lib.MASK_ID), np.sum((new != tok_lib.MASK_ID) & (new != old)),
-                   np.sum(new == old)])
+  return np.array([np.sum(new == tok_lib.MASK_ID),
+                   np.sum((new != tok_lib.MASK_ID) & (new != old)), np.sum(new == old)])
 
 
 def _synthetic_stats(counts):
@@ -130,6 +123,21 @@ def _synthetic_stats(counts):
   z = np.zeros(v, bool)
   return vocab_stats.VocabStats(word_start=np.ones(v, bool), punctuation=z, capitalized=z,
                                 sentence_end=z, counts=np.asarray(counts, np.int64))
+
+
+def _select(strategy, stats, batch, step=0, gazetteer=None, **kw):
+  """The selection function of the strategy table on `batch`, as the masker calls it."""
+  s = masking.Settings.from_config(_cfg(strategy=strategy, **kw))
+  rows = strategies.Rows.make(batch["input_ids"], batch["segment_ids"],
+                              uniforms.Draws(0, step, np.arange(len(batch["input_ids"]))),
+                              s.mask_rate, s.max_predictions)
+  return rows, strategies.SELECTORS[strategy](rows, strategies.Context(s, stats, gazetteer))
+
+
+def _units(head_col, sel):
+  """[R, T] unit id from a selection's head columns (-1 where not selected)."""
+  key = np.where(sel, np.arange(len(sel))[:, None] * sel.shape[1] + head_col, -1)
+  return np.where(sel, np.unique(key, return_inverse=True)[1].reshape(sel.shape) - 1, -1)
 
 
 # ------------------------------------------------------------------------------------ fixtures
@@ -141,20 +149,19 @@ def tok(tokenizer_path):
 
 @pytest.fixture(scope="module")
 def stats(tok, corpus):
-  return vocab_stats.compute(tok, corpus[0].documents, 300)
+  return vocab_stats.compute(tok, corpus[0], 300)
 
 
 @pytest.fixture(scope="module")
 def packed(tok, corpus):
-  """Rows of several verse-long sequences (many boundaries)."""
-  verses = [v for d in corpus[0].documents[100:400] for v in d.split("\n")]
-  return _pack(tok, verses)
+  """Packed rows of several verse-long sequences (many boundaries)."""
+  return _rows(tok, [v for d in corpus[0][100:400] for v in d.split("\n")])
 
 
 @pytest.fixture(scope="module")
 def long_rows(tok, corpus):
-  """Rows that are (mostly) one 128-token chunk of a chapter."""
-  return _pack(tok, corpus[0].documents[400:700])
+  """Rows of one document each, up to 126 tokens of a chapter's whole sentences."""
+  return _rows(tok, corpus[0][400:700], "doc_sentences")
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +172,12 @@ def words(tok, packed):
 @pytest.fixture(scope="module")
 def gazetteer(tok, tmp_path_factory):
   path = tmp_path_factory.mktemp("gaz") / "entities.txt"
-  path.write_text("the children of Israel\nIsrael\n\nthe LORD\nthe LORD God\nMoses\nDavid\n"
-                  "the house of David\nJerusalem\n", encoding="utf-8")
-  return masking_settings.load_gazetteer(str(path), tok)
+  path.write_text("\n\n".join(PHRASES), encoding="utf-8")  # blank lines are skipped
+  return entities.load_gazetteer(str(path), tok)
 
 
-def _masker(stats, gazetteer=None, **kw):
-  return masking.Masker(_cfg(**kw), stats, gazetteer)
+def _masker(stats, gazetteer=None, token_weights=None, **kw):
+  return masking.Masker(_cfg(**kw), stats, gazetteer, token_weights)
 
 
 # ------------------------------------------------------------------------------------ all strategies
@@ -223,28 +229,15 @@ def test_invariants_and_determinism(strategy, stats, packed, gazetteer):
 def test_replacement_split_80_10_10(strategy, stats, packed, gazetteer):
   m = _masker(stats, gazetteer, strategy=strategy)
   counts = np.zeros(3)
-  for step in range(10):
-    counts += _split(m(packed, seed=0, step=step, example_ids=np.arange(ROWS)), packed)
-  if strategy == "static":  # only dupe_factor distinct masks: vary epochs instead of steps
-    counts[:] = 0
-    for epoch in range(10):
-      b = dict(packed, epochs=np.full_like(packed["epochs"], epoch))
-      counts += _split(m(b, seed=0, step=0, example_ids=np.arange(ROWS)), b)
+  for i in range(10):  # static masks repeat per step: vary the epoch instead
+    b = dict(packed, epochs=np.full_like(packed["epochs"], i))
+    counts += _split(m(b, seed=0, step=i, example_ids=np.arange(ROWS)))
   n = counts.sum()
   v = len(stats.counts) - NS
   expected = np.array([0.8, 0.1 * (1 - 1 / v), 0.1 + 0.1 / v])
   sd = np.sqrt(expected * (1 - expected) / n)
   assert n > 30_000
   assert np.all(np.abs(counts / n - expected) < 5 * sd), (counts / n, expected)
-
-
-def test_random_masker_equals_mask_batch(stats, packed):
-  out = _masker(stats, strategy="random")(packed, seed=1, step=2, example_ids=np.arange(ROWS))
-  ref = masking.mask_batch(packed, seed=1, step=2, example_ids=np.arange(ROWS),
-                           vocab_size=len(stats.counts), mask_rate=0.15, mask_token_prob=0.8,
-                           random_token_prob=0.1, max_predictions=P)
-  for k in ref:
-    np.testing.assert_array_equal(out[k], ref[k])
 
 
 # ------------------------------------------------------------------------------------ whole_word
@@ -260,108 +253,110 @@ def test_whole_words_masked_completely_or_not_at_all(stats, packed, words):
   assert multi > 1000  # many multi-piece words were selected, so the check has teeth
 
 
-def test_word_rule_splits_punctuation(tok, stats):
+def test_word_rule_splits_punctuation(tok, stats, packed, words):
+  maskable = (packed["input_ids"] >= NS) & (packed["segment_ids"] > 0)
+  starts = units.word_starts(packed["input_ids"], packed["segment_ids"], maskable, stats)
+  np.testing.assert_array_equal(starts, (words >= 0) & (np.diff(words, prepend=-1) != 0))
+  # Punctuation pieces are words of their own.
   text = "And Moses said, Let my people go: and they went."
   ids = np.array([[tok_lib.CLS_ID] + tok.encode([text])[0] + [tok_lib.SEP_ID]], np.int32)
-  batch = {"input_ids": ids, "segment_ids": np.ones_like(ids)}
-  got = _words(tok, batch)
-  m = _masker(stats, strategy="whole_word")
-  rows = m._rows(batch, None)
-  starts = m._word_starts(rows)
-  np.testing.assert_array_equal(starts[0], (got[0] >= 0) & (np.diff(got[0], prepend=-1) != 0))
-  # Punctuation pieces are words of their own.
+  starts = units.word_starts(ids, np.ones_like(ids), ids >= NS, stats)[0]
   pieces = [tok.id_to_piece(i) for i in ids[0]]
   for c, p in enumerate(pieces):
     if p in (",", ":", "."):
-      assert starts[0, c] and (c + 1 == len(pieces) or not rows.maskable[0, c + 1]
-                               or starts[0, c + 1])
+      assert starts[c] and (c + 1 == len(pieces) or ids[0, c + 1] < NS or starts[c + 1])
 
 
 # ------------------------------------------------------------------------------------ span
 
-def test_span_lengths_follow_truncated_geometric(tok, stats, long_rows):
-  m = _masker(stats, strategy="span")
+def test_span_lengths_follow_truncated_geometric():
+  cdf = spans.length_cdf(0.2, 10)
   pmf = 0.2 * 0.8 ** np.arange(10)
   pmf /= pmf.sum()
-  np.testing.assert_allclose(m.span_length_pmf(), pmf)
-  words = _words(tok, long_rows)
-  budget = _budget(long_rows)
-  drawn, n_clipped = [], 0
-  for step in range(12):
-    ex = np.arange(ROWS)
-    info = m.debug_selection(long_rows, seed=0, step=step, example_ids=ex)
-    out = m(long_rows, seed=0, step=step, example_ids=ex)
-    sel = _selected(out, words.shape)
-    np.testing.assert_array_equal(sel, info["selected"])
-    sp = info["spans"]
-    np.testing.assert_array_equal(np.bincount(sp["row"], sp["tokens"], ROWS), budget)
-    last_round = np.zeros(ROWS, int)
-    np.maximum.at(last_round, sp["row"], sp["round"])
-    is_last = sp["round"] == last_round[sp["row"]]
-    ok = ~sp["room_clipped"]
-    # Every span but a row's last is exactly as drawn; the last one is cut to the budget.
-    assert np.all((sp["words"] == sp["drawn_words"])[~is_last & ok])
-    assert np.all((sp["tokens"] == sp["full_tokens"])[~is_last])
-    assert np.all(sp["tokens"] <= sp["full_tokens"])
-    n_clipped += (~ok).sum()
-    drawn.append(sp["drawn_words"])
-    # From the output alone: a span starts at a word start, stays in one sequence, covers
-    # `words` words and `tokens` tokens.
-    seg = long_rows["segment_ids"]
-    for r, h, t, nw in zip(sp["row"], sp["head_col"], sp["tokens"], sp["words"]):
-      assert h == 0 or words[r, h] != words[r, h - 1]
-      assert sel[r, h:h + t].all() and len(set(seg[r, h:h + t])) == 1
-      assert len(set(words[r, h:h + t])) == nw
-  drawn = np.concatenate(drawn)
+  np.testing.assert_allclose(np.diff(cdf, prepend=0.0), pmf)
+  drawn = spans.draw_lengths(uniforms.uniform(0, uniforms.SPAN_LENGTH, 0, np.arange(50_000), 1),
+                             cdf).ravel()
   n = len(drawn)
-  assert n > 8000 and n_clipped < 0.005 * n
-  # Drawn lengths of all placed spans (incl. each row's last: the stopping rule does not bias
-  # them, by Wald's identity) follow the law bin by bin, and the mean is SpanBERT's 3.8.
   freq = np.bincount(drawn, minlength=11)[1:] / n
-  sd = np.sqrt(pmf * (1 - pmf) / n)
-  assert np.all(np.abs(freq - pmf) < 5 * sd), (freq, pmf)
+  assert np.all(np.abs(freq - pmf) < 5 * np.sqrt(pmf * (1 - pmf) / n)), (freq, pmf)
   mean = (np.arange(1, 11) * pmf).sum()
-  assert abs(mean - 3.8) < 0.1
+  assert abs(mean - 3.8) < 0.1  # SpanBERT's figure (clipping min(L, 10) would give 4.5)
   sd_mean = np.sqrt((((np.arange(1, 11) - mean) ** 2) * pmf).sum() / n)
   assert abs(drawn.mean() - mean) < 5 * sd_mean
 
 
+def test_spans_are_contiguous_runs_of_whole_words_in_one_sequence(tok, stats, long_rows):
+  words = _words(tok, long_rows)
+  budget = _budget(long_rows)
+  lengths = []
+  for step in range(6):
+    rows, sel = _select("span", stats, long_rows, step)
+    out = _masker(stats, strategy="span")(long_rows, seed=0, step=step,
+                                          example_ids=np.arange(ROWS))
+    np.testing.assert_array_equal(_selected(out, words.shape), sel.selected)  # the masker's own
+    np.testing.assert_array_equal(sel.selected.sum(1), budget)  # exactly the budget
+    unit = _units(sel.head_col, sel.selected)
+    for u in range(unit.max() + 1):
+      r, cols = np.nonzero(unit == u)
+      r, h = r[0], cols[0]
+      assert h == sel.head_col[r, h] and np.all(np.diff(cols) == 1)  # starts at its head
+      assert words[r, h] != words[r, h - 1]  # at a word start
+      assert len(set(long_rows["segment_ids"][r, cols])) == 1
+      lengths.append(len(set(words[r, cols])))
+  assert np.mean(lengths) > 2.5 and max(lengths) == 10  # many multi-word spans
+
+
+def test_span_masks_the_ends_of_a_sequence_as_often_as_its_middle(stats, long_rows):
+  """Spans are placed uniformly over every placement that overlaps the free words and cut at
+  the boundary, so the first and last words of a sequence are masked as often as the others
+  (a span that must fit whole masked them at ~0.3 of the middle's rate)."""
+  seg = long_rows["segment_ids"]
+  maskable = (long_rows["input_ids"] >= NS) & (seg > 0)
+  full = maskable.sum(1) >= 100  # rows that are (nearly) one full sequence
+  first = np.argmax(maskable, axis=1)
+  last = LEN - 1 - np.argmax(maskable[:, ::-1], axis=1)
+  hits = np.zeros(3)
+  for step in range(20):
+    sel = _select("span", stats, long_rows, step)[1].selected[full]
+    r = np.arange(len(sel))
+    mid = sel[:, 30:90].mean(axis=1)
+    hits += [sel[r, first[full]].mean(), sel[r, last[full]].mean(), mid.mean()]
+  rate_first, rate_last, rate_mid = hits / 20
+  assert 0.8 < rate_first / rate_mid < 1.25 and 0.8 < rate_last / rate_mid < 1.25, hits / 20
+
+
 def test_span_one_decision_per_span(stats, long_rows):
   m = _masker(stats, strategy="span")
-  all_mask = spans = 0
+  all_mask = n_spans = 0
   for step in range(10):
     out = m(long_rows, seed=0, step=step, example_ids=np.arange(ROWS))
-    info = m.debug_selection(long_rows, seed=0, step=step, example_ids=np.arange(ROWS))
-    sp = info["spans"]
-    for r, h, t in zip(sp["row"], sp["head_col"], sp["tokens"]):
-      new = out["input_ids"][r, h:h + t]
-      old = long_rows["input_ids"][r, h:h + t]
+    _, sel = _select("span", stats, long_rows, step)
+    unit = _units(sel.head_col, sel.selected)
+    for u in range(unit.max() + 1):
+      at = unit == u
+      new, old = out["input_ids"][at], long_rows["input_ids"][at]
       is_mask = new == tok_lib.MASK_ID
       assert is_mask.all() or not is_mask.any(), "a span mixes [MASK] and other tokens"
       if not is_mask.any():  # all random or all kept (a random token may equal the original)
-        assert np.all(new == old) or np.mean(new != old) > 0.5
+        assert np.all(new == old) or np.mean(new != old) >= 0.5
       all_mask += is_mask.all()
-      spans += 1
-  assert abs(all_mask / spans - 0.8) < 5 * np.sqrt(0.16 / spans)
-
-
-def test_span_respects_sequence_boundaries(stats, packed):
-  m = _masker(stats, strategy="span")
-  seg = packed["segment_ids"]
-  for step in range(3):
-    sp = m.debug_selection(packed, seed=0, step=step, example_ids=np.arange(ROWS))["spans"]
-    for r, h, t in zip(sp["row"], sp["head_col"], sp["tokens"]):
-      assert len(set(seg[r, h:h + t])) == 1
-      assert np.all(packed["input_ids"][r, h:h + t] >= NS)
+      n_spans += 1
+  assert abs(all_mask / n_spans - 0.8) < 5 * np.sqrt(0.16 / n_spans)
 
 
 # ------------------------------------------------------------------------------------ entity
 
-def _entity_units(info):
-  covered, linked = info["entity_covered"], info["entity_linked"]
+def _entity_units(covered, linked):
   heads = covered & ~linked
   unit = np.cumsum(heads.ravel()).reshape(heads.shape) - 1
   return np.where(covered, unit, -1)
+
+
+def _entities(stats, batch, gazetteer=None, heuristic=True):
+  ids, seg = batch["input_ids"], batch["segment_ids"]
+  maskable = (ids >= NS) & (seg > 0)
+  starts = units.word_starts(ids, seg, maskable, stats)
+  return entities.entity_spans(ids, seg, maskable, starts, stats, gazetteer, heuristic)
 
 
 def test_entities_masked_completely_or_not_at_all(tok, stats, packed, gazetteer):
@@ -369,28 +364,25 @@ def test_entities_masked_completely_or_not_at_all(tok, stats, packed, gazetteer)
   ids = packed["input_ids"]
   # The test's own search for gazetteer phrases (word-aligned) must agree with the masker's.
   words = _words(tok, packed)
-  info = m.debug_selection(packed, seed=0, step=0, example_ids=np.arange(ROWS))
+  covered, linked = _entities(stats, packed, gazetteer)
   n_found = 0
-  for phrase in gazetteer:
+  for phrase in tok.encode(PHRASES):
     k = len(phrase)
     for r in range(ROWS):
       for c in range(LEN - k + 1):
         if (np.array_equal(ids[r, c:c + k], phrase) and words[r, c] >= 0
             and (c == 0 or words[r, c - 1] != words[r, c])
             and (c + k == LEN or words[r, c + k] != words[r, c + k - 1])):
-          assert info["entity_covered"][r, c:c + k].all()
+          assert covered[r, c:c + k].all()
           n_found += 1
   assert n_found > 100
+  unit = _entity_units(covered, linked)
   in_entity = selected_in_entity = 0
   for step in range(6):
-    info = m.debug_selection(packed, seed=0, step=step, example_ids=np.arange(ROWS))
-    unit = _entity_units(info)
     sel = _selected(m(packed, seed=0, step=step, example_ids=np.arange(ROWS)), ids.shape)
-    np.testing.assert_array_equal(sel, info["selected"])
     _assert_all_or_nothing(unit, sel)
     # Entities come first: a row whose entities fit in the budget has all of them selected.
-    ent_tokens = (unit >= 0).sum(1)
-    fits = ent_tokens <= info["budget"]
+    fits = (unit >= 0).sum(1) <= _budget(packed)
     assert np.all(sel[fits] | (unit[fits] < 0))
     in_entity += (unit >= 0).sum()
     selected_in_entity += (sel & (unit >= 0)).sum()
@@ -403,19 +395,17 @@ def test_entity_heuristic_catches_and_misses(tok, stats):
   ids = np.array([[tok_lib.CLS_ID] + tok.encode([text])[0] + [tok_lib.SEP_ID]], np.int32)
   batch = {"input_ids": ids, "segment_ids": np.ones_like(ids)}
 
-  def found(m):
-    info = m.debug_selection(batch, seed=0, step=0, example_ids=np.arange(1))
-    unit = _entity_units(info)[0]
+  def found(gazetteer=None, heuristic=True):
+    unit = _entity_units(*_entities(stats, batch, gazetteer, heuristic))[0]
     return [tok.decode(ids[0][unit == u]) for u in range(unit.max() + 1)]
 
   # Runs of >= 2 capitalised words; "Then" (sentence start) is dropped; single words missed.
-  assert found(_masker(stats, strategy="entity")) == ["LORD God", "Simon Peter", "John Mark"]
-  gaz = [np.asarray(x, np.int32) for x in tok.encode(["Moses", "the LORD", "Jerusalem"])]
+  assert found() == ["LORD God", "Simon Peter", "John Mark"]
+  gaz = entities.Gazetteer([np.asarray(x, np.int32)
+                            for x in tok.encode(["Moses", "the LORD", "Jerusalem"])])
   # Gazetteer and heuristic together; overlapping spans ("the LORD" + "LORD God") merge.
-  assert found(_masker(stats, gaz, strategy="entity")) == [
-      "the LORD God", "Moses", "Simon Peter", "John Mark", "Jerusalem"]
-  assert found(_masker(stats, gaz, strategy="entity", entity_heuristic=False)) == [
-      "the LORD", "Moses", "Jerusalem"]
+  assert found(gaz) == ["the LORD God", "Moses", "Simon Peter", "John Mark", "Jerusalem"]
+  assert found(gaz, heuristic=False) == ["the LORD", "Moses", "Jerusalem"]
 
 
 # ------------------------------------------------------------------------------------ frequency
@@ -501,25 +491,30 @@ def test_unigram_replacement_follows_counts():
 
 # ------------------------------------------------------------------------------------ mixture
 
+def _component_of_each_row(out, refs):
+  """Which single-strategy output each row of a mixture's output equals (-1: none)."""
+  choice = np.full(len(out["input_ids"]), -1)
+  for i, ref in enumerate(refs):
+    same = np.all(out["masked_positions"] == ref["masked_positions"], axis=1) & np.all(
+        out["input_ids"] == ref["input_ids"], axis=1)
+    choice[same & (choice < 0)] = i
+  return choice
+
+
 def test_mixture_proportions_and_components(stats, packed):
+  names, weights = ["random", "span", "whole_word"], np.array([2, 1.5, 1])
   m = _masker(stats, strategy="mixture", mixture="random=2,span=1.5,whole_word=1")
-  n = 20_000
-  choice = m.mixture_choice(seed=0, step=7, example_ids=np.arange(n))
-  p = np.array([2, 1.5, 1]) / 4.5
-  freq = np.bincount(choice, minlength=3) / n
-  assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n))
-  # Per example, deterministic, and exactly what that strategy alone would do.
   ex = np.arange(ROWS)
-  out = m(packed, seed=0, step=7, example_ids=ex)
-  choice = m.mixture_choice(seed=0, step=7, example_ids=ex)
-  for i, name in enumerate(["random", "span", "whole_word"]):
-    ref = _masker(stats, strategy=name)(packed, seed=0, step=7, example_ids=ex)
-    rows = choice == i
-    assert rows.sum() > 20
-    for k in ("input_ids", "masked_positions", "masked_ids", "masked_weights"):
-      np.testing.assert_array_equal(out[k][rows], ref[k][rows])
-  other = m.mixture_choice(seed=0, step=8, example_ids=ex)
-  assert np.mean(other != choice) > 0.4  # re-drawn every step
+  counts = np.zeros(3)
+  for step in range(20):
+    out = m(packed, seed=0, step=step, example_ids=ex)
+    refs = [_masker(stats, strategy=n)(packed, seed=0, step=step, example_ids=ex) for n in names]
+    choice = _component_of_each_row(out, refs)
+    # Per example, exactly what one of the strategies alone would do.
+    assert np.all(choice >= 0)
+    counts += np.bincount(choice, minlength=3)
+  n, p = counts.sum(), weights / weights.sum()
+  assert np.all(np.abs(counts / n - p) < 5 * np.sqrt(p * (1 - p) / n)), (counts / n, p)
 
 
 def test_mixture_of_every_other_strategy(stats, packed, gazetteer):
@@ -527,7 +522,6 @@ def test_mixture_of_every_other_strategy(stats, packed, gazetteer):
   m = _masker(stats, gazetteer, strategy="mixture", mixture=spec)
   out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))
   assert np.all(out["masked_weights"].sum(1) <= P)
-  assert len(np.unique(m.mixture_choice(seed=0, step=0, example_ids=np.arange(ROWS)))) == 7
 
 
 # ------------------------------------------------------------------------------------ static
@@ -545,14 +539,13 @@ def _per_sequence(out, batch):
 
 
 def test_static_masks_repeat_with_period_dupe_factor(tok, corpus, stats):
-  verses = [v for d in corpus[0].documents[100:300] for v in d.split("\n")]
+  verses = [v for d in corpus[0][100:300] for v in d.split("\n")][:150]
   m = _masker(stats, strategy="static", dupe_factor=3)
-  verses = verses[:150]  # all fit in 128 rows, whatever their order
   dyn = _masker(stats, strategy="random")
 
   def masks(epoch, step, order_seed=None, masker=m):
-    b = _pack(tok, verses, rows=128, epoch=epoch, order_seed=order_seed, fill=False)
-    out = masker(b, seed=0, step=step, example_ids=np.arange(128) + 128 * step)
+    b = _rows(tok, verses, rows=None, epoch=epoch, order_seed=order_seed)
+    out = masker(b, seed=0, step=step, example_ids=np.arange(len(b["input_ids"])) + 128 * step)
     return _per_sequence(out, b), b
 
   e0, b0 = masks(0, 0)
@@ -566,12 +559,12 @@ def test_static_masks_repeat_with_period_dupe_factor(tok, corpus, stats):
   assert masks(3, 1)[0] == e0 and masks(6, 2)[0] == e0
   e1 = masks(1, 0)[0]
   assert np.mean([e1[k] != e0[k] for k in e0]) > 0.9
-  # Per-sequence budget: round(0.15 * maskable tokens of the sequence), at least 1.
-  for r in range(128):
+  # Per-sequence budget: that of the sequence's own maskable tokens.
+  for r in range(len(b0["input_ids"])):
     for key in np.unique(b0["sequence_keys"][r][b0["segment_ids"][r] > 0]):
       cols = (b0["sequence_keys"][r] == key) & (b0["segment_ids"][r] > 0)
       n = (b0["input_ids"][r][cols] >= NS).sum()
-      assert len(e0[int(key)][0]) == max(1, int(np.floor(0.15 * n + 0.5)))
+      assert len(e0[int(key)][0]) == masking.budget(n, 0.15, P)[0]
   # Dynamic masking of the same rows changes every step.
   d0, d1 = masks(0, 0, masker=dyn)[0], masks(0, 1, masker=dyn)[0]
   assert np.mean([d0[k] != d1[k] for k in d0]) > 0.9
@@ -610,44 +603,46 @@ def test_static_needs_its_batch_keys(stats):
       seed=0, step=0, example_ids=np.arange(1))
 
 
+@pytest.mark.parametrize("static_strategy", masking.STATIC_BASES)
+def test_static_with_every_base_strategy(static_strategy, stats, packed, words, gazetteer):
+  m = _masker(stats, gazetteer, strategy="static", static_strategy=static_strategy)
+  out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))
+  sel = _selected(out, words.shape)
+  assert np.all(out["masked_weights"].sum(1) <= P) and np.all(packed["input_ids"][sel] >= NS)
+  again = m(packed, seed=0, step=99, example_ids=np.arange(ROWS) + 7)  # ignores step and ids
+  np.testing.assert_array_equal(out["input_ids"], again["input_ids"])
+  if static_strategy == "whole_word":
+    _assert_all_or_nothing(words, sel)
+  if static_strategy == "entity":  # entity spans depend on the text only, not on the row
+    _assert_all_or_nothing(_entity_units(*_entities(stats, packed, gazetteer)), sel)
+
+
 # ------------------------------------------------------------------------------------ adaptive
 
 def test_adaptive_weights(stats, long_rows):
-  m = _masker(stats, strategy="adaptive")
   ex = np.arange(ROWS)
   ref = _masker(stats, strategy="random")(long_rows, seed=0, step=3, example_ids=ex)
-  out = m(long_rows, seed=0, step=3, example_ids=ex)
-  for k in ref:  # before any feedback: exactly uniform selection
-    np.testing.assert_array_equal(out[k], ref[k])
   v = len(stats.counts)
   weights = np.ones(v)
   weights[::2] = 0.0  # even ids are never selected
-  m.set_token_weights(weights)
+  tables = {}  # step -> the table in force (none before step 3)
+  m = _masker(stats, strategy="adaptive",
+              token_weights=lambda step: tables.get(min(step, 3)))
+  out = m(long_rows, seed=0, step=2, example_ids=ex)
+  ref2 = _masker(stats, strategy="random")(long_rows, seed=0, step=2, example_ids=ex)
+  for k in ref2:  # before any feedback: exactly uniform selection
+    np.testing.assert_array_equal(out[k], ref2[k])
+  tables[3] = weights
   out = m(long_rows, seed=0, step=3, example_ids=ex)
   assert np.all(out["masked_ids"][out["masked_weights"] > 0] % 2 == 1)
-  # The table travels with the masker (grain may pickle it).
-  clone = pickle.loads(pickle.dumps(m))
-  again = clone(long_rows, seed=0, step=3, example_ids=ex)
-  for k in out:
-    np.testing.assert_array_equal(out[k], again[k])
-  # A table set `from_step` on leaves the masks of earlier steps alone (prefetch-safe).
-  m.set_token_weights(np.ones(v), from_step=10)
-  for k, val in m(long_rows, seed=0, step=3, example_ids=ex).items():
-    np.testing.assert_array_equal(val, out[k])
-  for k, val in m(long_rows, seed=0, step=10, example_ids=ex).items():
-    np.testing.assert_array_equal(val, _masker(stats, strategy="random")(
-        long_rows, seed=0, step=10, example_ids=ex)[k])
-  for bad in (np.ones(v - 1), -np.ones(v), np.full(v, np.nan), np.zeros(v)):
-    with pytest.raises(ValueError):
-      m.set_token_weights(bad)
+  assert not np.array_equal(out["masked_positions"], ref["masked_positions"])
 
 
 def test_adaptive_selection_probability_proportional_to_weight():
   stats = _synthetic_stats(np.ones(1000, np.int64))
-  m = _masker(stats, strategy="adaptive", mask_rate=0.05)
   w = np.ones(1000)
   w[5:505] = 3.0
-  m.set_token_weights(w)
+  m = _masker(stats, strategy="adaptive", mask_rate=0.05, token_weights=lambda step: w)
   rows = 4096
   out = m(_two_class_batch(rows, 5, 15), seed=0, step=0, example_ids=np.arange(rows))
   p = 5 * 3 / (5 * 3 + 15 * 1)
@@ -670,116 +665,6 @@ def test_truncation_warning_once(stats, long_rows, caplog):
   assert not caplog.records
 
 
-# ------------------------------------------------------------------------------------ errors
-
-@pytest.mark.parametrize("overrides,message", [
-    (dict(strategy="bert"), "masking.strategy='bert' is not one of random, whole_word, span,"
-     " entity, frequency, mixture, static, adaptive"),
-    (dict(mask_rate=1.0), "masking.mask_rate=1.0 must be strictly between 0 and 1"),
-    (dict(replacement="zipf"), "masking.replacement='zipf' is not one of uniform, unigram"),
-    (dict(strategy="mixture", mixture=""), "masking.strategy='mixture' needs masking.mixture,"
-     " e.g. 'random=0.5,span=0.3,whole_word=0.2'"),
-    (dict(strategy="mixture", mixture="random=0.5,span"), "masking.mixture item 'span' is not"
-     " strategy=weight, e.g. 'random=0.5,span=0.3,whole_word=0.2'"),
-    (dict(strategy="mixture", mixture="random=1,mixture=1"), "masking.mixture: 'mixture' is"
-     " not one of random, whole_word, span, entity, frequency, static, adaptive"),
-    (dict(strategy="mixture", mixture="random=1,spam=1"), "masking.mixture: 'spam' is not one"
-     " of random, whole_word, span, entity, frequency, static, adaptive"),
-    (dict(strategy="mixture", mixture="random=1,span=-1"), "masking.mixture: the weight of"
-     " 'span' must be a positive number, got '-1'"),
-    (dict(strategy="mixture", mixture="random=1,span=x"), "masking.mixture: the weight of"
-     " 'span' must be a positive number, got 'x'"),
-    (dict(strategy="mixture", mixture="span=1,span=2"), "masking.mixture names 'span' twice"),
-    (dict(strategy="span", span_p=0.0), "masking.span_p=0.0 must be in (0, 1] (SpanBERT: 0.2)"),
-    (dict(strategy="mixture", mixture="random=1,span=1", span_max_words=0),
-     "masking.span_max_words=0 must be >= 1 (SpanBERT: 10)"),
-    (dict(strategy="frequency", frequency_alpha=-0.5), "masking.frequency_alpha=-0.5 must be"
-     " >= 0 (0: uniform, 1: inverse frequency)"),
-    (dict(strategy="static", dupe_factor=0), "masking.dupe_factor=0 must be >= 1"),
-    (dict(strategy="static", static_strategy="mixture"), "masking.static_strategy='mixture' is"
-     " not one of random, whole_word, span, entity, frequency"),
-    (dict(strategy="entity", entity_heuristic=False), "masking.strategy 'entity' needs"
-     " masking.entity_heuristic=True or a masking.entity_gazetteer file (one phrase per line)"),
-    (dict(strategy="entity", entity_gazetteer="names.txt"), "masking.entity_gazetteer="
-     "'names.txt' is set but no gazetteer was passed to Masker"
-     " (use masking_settings.load_gazetteer)"),
-    (dict(strategy="adaptive", adaptive_every_steps=0), "masking.adaptive_every_steps=0 must"
-     " be >= 1"),
-    (dict(max_predictions_per_seq=0), "masking.max_predictions_per_seq=0 must be >= 1"),
-    (dict(adaptive_decay=1.0), "masking.adaptive_decay=1.0 must be in [0, 1)"),
-    (dict(stats_max_documents=-1), "masking.stats_max_documents=-1 must be >= 0"),
-])
-def test_config_errors(overrides, message, stats):
-  with pytest.raises(masking_settings.MaskingError) as e:
-    _masker(stats, **overrides)
-  assert str(e.value) == message
-  assert isinstance(e.value, errors.UserError)
-
-
-@pytest.mark.parametrize("overrides,name", [(dict(replacement="unigram"), "replacement='unigram'"),
-                                            (dict(strategy="frequency"), "strategy 'frequency'")])
-def test_counts_required(overrides, name, tok):
-  no_counts = vocab_stats.compute(tok, [], 0)
-  assert no_counts.counts.sum() == 0
-  with pytest.raises(masking_settings.MaskingError) as e:
-    masking.Masker(_cfg(**overrides), no_counts)
-  assert str(e.value) == (f"masking.{name} needs token counts, but the vocab stats have none:"
-                          " set masking.stats_max_documents > 0")
-
-
-def test_gazetteer_errors(tok, tmp_path):
-  missing = str(tmp_path / "nope.txt")
-  with pytest.raises(masking_settings.MaskingError) as e:
-    masking_settings.load_gazetteer(missing, tok)
-  assert str(e.value) == f"masking.entity_gazetteer: {missing!r} does not exist"
-  empty = tmp_path / "empty.txt"
-  empty.write_text("\n  \n", encoding="utf-8")
-  with pytest.raises(masking_settings.MaskingError) as e:
-    masking_settings.load_gazetteer(str(empty), tok)
-  assert str(e.value) == f"masking.entity_gazetteer: {str(empty)!r} has no phrases (one per line)"
-
-
-# ------------------------------------------------------------------------------------ vocab stats
-
-def test_piece_tables():
-  pieces = ["[PAD]", "\u2581the", "ed", ",", "\u2581", "\u2581LORD", "God", ".\u201d", "s.",
-            "\u2581(", "?)", "'", "\u2581Mr.", "\u00e9t\u00e9", "\u2581\u00c9cole", "\u2581...",
-            "$"]
-  t = vocab_stats.piece_tables(pieces, [True] + [False] * (len(pieces) - 1))
-  got = {k: [p for p, f in zip(pieces, v) if f] for k, v in t.items()}
-  assert got["punctuation"] == [",", ".\u201d", "\u2581(", "?)", "'", "\u2581...", "$"]
-  assert got["word_start"] == ["\u2581the", ",", "\u2581", "\u2581LORD", ".\u201d", "\u2581(",
-                               "?)", "'", "\u2581Mr.", "\u2581\u00c9cole", "\u2581...", "$"]
-  assert got["capitalized"] == ["\u2581LORD", "God", "\u2581Mr.", "\u2581\u00c9cole"]
-  assert got["sentence_end"] == [".\u201d", "s.", "?)", "\u2581Mr.", "\u2581..."]
-  assert got["space_only"] == ["\u2581"]
-
-
-def test_vocab_stats_compute_save_load(tok, corpus, tmp_path, monkeypatch):
-  docs = corpus[0].documents[:50]
-  stats = vocab_stats.get_vocab_stats(tok, docs, str(tmp_path), max_documents=20)
-  path = tmp_path / vocab_stats.STATS_FILENAME
-  assert path.exists() and os.listdir(tmp_path) == [vocab_stats.STATS_FILENAME]
-  assert stats.counts.dtype == np.int64 and len(stats.counts) == len(tok)
-  assert np.all(stats.counts[:NS] == 0) and stats.counts.sum() > 10_000
-  # An evenly spaced sample of 20 of the 50 documents was counted.
-  sample = [docs[i * 50 // 20] for i in range(20)]
-  expected = np.bincount(np.concatenate(tok.encode([d.replace("\n", " ") for d in sample])),
-                         minlength=len(tok))
-  expected[:NS] = 0
-  np.testing.assert_array_equal(stats.counts, expected)
-  assert stats.word_start[tok.sp.piece_to_id("\u2581the")]
-  assert stats.punctuation[tok.sp.piece_to_id(",")] and stats.sentence_end[tok.sp.piece_to_id(".")]
-  # Reused, not recomputed, on the next call ("stored with the tokenizer").
-  monkeypatch.setattr(vocab_stats, "compute", lambda *a: pytest.fail("recomputed"))
-  again = vocab_stats.get_vocab_stats(tok, docs, str(tmp_path), max_documents=20)
-  for f in ("word_start", "punctuation", "capitalized", "sentence_end", "counts", "space_only"):
-    np.testing.assert_array_equal(getattr(stats, f), getattr(again, f))
-  other = tok_lib.train_tokenizer(docs, 300, "unigram", 10_000)
-  with pytest.raises(vocab_stats.VocabStatsError, match="belongs to another tokenizer"):
-    vocab_stats.get_vocab_stats(other, docs, str(tmp_path), max_documents=20)
-
-
 @pytest.mark.parametrize("strategy", ALL)
 def test_degenerate_rows(strategy, stats, gazetteer):
   """Empty rows, rows of one token, rows of only [UNK], rows shorter than P."""
@@ -796,19 +681,3 @@ def test_degenerate_rows(strategy, stats, gazetteer):
     out = m(b, seed=0, step=0, example_ids=np.arange(len(b["input_ids"])))
     assert out["masked_positions"].shape == (len(b["input_ids"]), P)
     np.testing.assert_array_equal(out["masked_weights"].sum(1), [0, 1, 0, 1][:len(b["input_ids"])])
-
-
-@pytest.mark.parametrize("static_strategy", masking_settings.STATIC_BASES)
-def test_static_with_every_base_strategy(static_strategy, tok, stats, packed, words, gazetteer):
-  m = _masker(stats, gazetteer, strategy="static", static_strategy=static_strategy)
-  out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))
-  sel = _selected(out, words.shape)
-  assert np.all(out["masked_weights"].sum(1) <= P) and np.all(packed["input_ids"][sel] >= NS)
-  again = m(packed, seed=0, step=99, example_ids=np.arange(ROWS) + 7)  # ignores step and ids
-  np.testing.assert_array_equal(out["input_ids"], again["input_ids"])
-  if static_strategy == "whole_word":
-    _assert_all_or_nothing(words, sel)
-  if static_strategy == "entity":  # entity spans depend on the text only, not on the row
-    info = _masker(stats, gazetteer, strategy="entity").debug_selection(
-        packed, seed=0, step=0, example_ids=np.arange(ROWS))
-    _assert_all_or_nothing(_entity_units(info), sel)

@@ -88,6 +88,12 @@ def test_nsp_head_reads_the_first_cls_only(micro_config):
   np.testing.assert_allclose(np.asarray(out["nsp_logits"]),
                              np.asarray(model.nsp_classifier(pooled)), rtol=1e-5, atol=1e-6)
   assert "nsp_logits" not in _model(micro_config)(batch)  # no head unless asked for
+  # Training (dropout on): the pooled [CLS] goes to the classifier without dropout, as in BERT
+  # and Hugging Face's BertPreTrainingHeads (only the encoder's dropout applies).
+  key = jax.random.PRNGKey(3)
+  pooled = jnp.tanh(model.pooler(model.encode(batch, key)[:, 0]))
+  np.testing.assert_allclose(np.asarray(model(batch, key)["nsp_logits"]),
+                             np.asarray(model.nsp_classifier(pooled)), rtol=1e-5, atol=1e-6)
 
 
 def test_rope_sees_only_relative_positions(micro_config):

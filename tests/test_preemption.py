@@ -13,8 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, saved_state, user_env
-from mlmjax import checkpoint
+from conftest import REPO, latest_step, saved_state, user_env
 
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
@@ -56,7 +55,7 @@ def _wait_for(proc, needle, timeout=300):
 
 def _final(workdir):
   """(parameters + optimizer state + step as numpy, metric rows without timings)."""
-  assert checkpoint.Checkpointer(workdir, 3).latest_step() == STEPS
+  assert latest_step(workdir) == STEPS
   state = saved_state(workdir, STEPS)
   rows = []
   for line in open(os.path.join(workdir, "metrics.jsonl")):
@@ -90,7 +89,7 @@ def test_sigterm_saves_exits_zero_and_resumes_exactly(tmp_path, tokenizer_path, 
   assert len(saved) == 1, rest[-3000:]
   step = int(saved[0].split("checkpoint of step ")[1].split(";")[0])
   assert 120 < step < STEPS
-  assert checkpoint.Checkpointer(workdir, 3).latest_step() == step
+  assert latest_step(workdir) == step
   assert f"Resumed from checkpoint at step {step}" in _run_to_end(workdir, tokenizer_path)
   _assert_same(_final(workdir), uninterrupted)
 

@@ -13,8 +13,12 @@ import pytest
 
 from configs import base
 from mlmjax import checkpoint
+from mlmjax import config_check
+from mlmjax import errors
 from mlmjax import sharding
-from mlmjax import train_state
+from mlmjax import steps
+from mlmjax.data import pipeline
+from mlmjax.data import tokenizer as tok_lib
 
 VOCAB = 512
 
@@ -76,12 +80,12 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
   """(per-step metrics, final state as numpy) of training on `batches`, from `init` (a numpy
   state, put on this mesh; saves compiling the initialiser) or from the mesh's own init."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(config, VOCAB, mesh)
-  step = train_state.make_train_step(setup, config, per_token_loss=per_token_loss)
+  setup = steps.make_setup(config, VOCAB, mesh)
+  step = steps.make_train_step(setup, config, per_token_loss=per_token_loss)
   state = setup.init_fn() if init is None else jax.device_put(init, setup.state_shardings)
   metrics = []
   for b in batches:
-    state, m = step(state, train_state.to_device(b, mesh))
+    state, m = step(state, sharding.to_device(b, mesh))
     metrics.append(jax.tree.map(np.asarray, m))
   return metrics, jax.tree.map(np.asarray, state)
 
@@ -89,7 +93,7 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
 def init_state(config, devices=None):
   """The initial state as numpy, and the shardings it had on its mesh."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(config, VOCAB, mesh)
+  setup = steps.make_setup(config, VOCAB, mesh)
   state = setup.init_fn()
   return jax.tree.map(np.asarray, state), jax.tree.map(lambda x: x.sharding, state)
 
@@ -105,7 +109,7 @@ def losses_of(metrics):
 def test_rules_shard_parameters_and_optimizer_state(optimizer):
   config = small_config((2, 2, 2))
   config.train.optimizer = optimizer
-  setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+  setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
   params = setup.state_shardings["params"]
   block = params["blocks"][0]
   P = jax.sharding.PartitionSpec
@@ -144,7 +148,7 @@ def test_indivisible_dimension_is_replicated_with_a_warning(caplog):
   config = small_config((1, 1, 8))
   config.model.num_heads = 4  # 4 heads cannot be split 8 ways; MLP 128 and vocab 512 can
   with caplog.at_level(logging.WARNING):
-    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+    setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
   qkv = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]
   assert qkv.spec == jax.sharding.PartitionSpec(None, "fsdp", None, None)
   mlp = setup.state_shardings["params"]["blocks"][0]["mlp_in"]["kernel"]
@@ -160,16 +164,19 @@ def test_indivisible_dimension_is_replicated_with_a_warning(caplog):
 def test_bad_rules_and_uneven_batch_splits_fail_clearly():
   config = small_config((2, 2, 2))
   config.mesh.rules = (("embed", "fsdp"), ("mlp", "model"))
-  with pytest.raises(sharding.MeshError, match=r"^config.mesh.rules maps 'mlp' to 'model',"
+  with pytest.raises(errors.ConfigError, match=r"^config.mesh.rules maps 'mlp' to 'model',"
                      r" which is not a mesh axis \(data, fsdp, tensor\)$"):
-    train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
-  mesh = sharding.make_mesh(small_config((2, 2, 2)).mesh)
-  with pytest.raises(sharding.BatchSplitError) as e:
-    sharding.micro_batch_size(24, 4, mesh)
+    config_check.check(config)
+  config = small_config((2, 2, 2))
+  config.train.batch_size, config.train.grad_accum_steps = 24, 4
+  with pytest.raises(errors.ConfigError) as e:
+    config_check.check(config)
   assert str(e.value) == (
       "train.batch_size=24 must be divisible by train.grad_accum_steps=4 x the data-parallel"
-      " size 4 (data x fsdp of the mesh {'data': 2, 'fsdp': 2, 'tensor': 2}) = 16")
-  assert sharding.micro_batch_size(32, 4, mesh) == 8
+      " size 4 (data x fsdp of the mesh {'data': 2, 'fsdp': 2, 'tensor': 2}) and by the process"
+      " count 1")
+  config.train.batch_size = 32
+  config_check.check(config)
 
 
 # ---- the same numbers on every mesh -----------------------------------------------------------
@@ -188,7 +195,7 @@ def test_every_mesh_trains_like_one_device():
     config.mesh.shape = shape
     if shape == (2, 2, 2):  # the sharded initialiser creates the very same numbers, sharded
       mesh_init, shardings = init_state(config)
-      assert shardings == train_state.make_setup(
+      assert shardings == steps.make_setup(
           config, VOCAB, sharding.make_mesh(config.mesh)).state_shardings
       for x, y in zip(jax.tree.leaves(mesh_init), jax.tree.leaves(init)):
         np.testing.assert_array_equal(x, y)
@@ -207,39 +214,32 @@ def test_eval_step_on_a_sharded_mesh_matches_one_device():
   for devices in (jax.devices()[:1], jax.devices()):
     config.mesh.shape = (-1, 1, 1) if len(devices) == 1 else (2, 2, 2)
     mesh = sharding.make_mesh(config.mesh, devices)
-    setup = train_state.make_setup(config, VOCAB, mesh)
+    setup = steps.make_setup(config, VOCAB, mesh)
     params = jax.device_put(init["params"], setup.state_shardings["params"])
-    out = train_state.make_eval_step(setup)(params, train_state.to_device(batch, mesh))
+    out = steps.make_eval_step(setup)(params, sharding.to_device(batch, mesh))
     sums.append(jax.tree.map(np.asarray, out))
   assert sums[0]["mlm_count"] == 5 * 8 + 6 * 8
   for key in sums[0]:
     np.testing.assert_allclose(sums[1][key], sums[0][key], rtol=1e-6, err_msg=key)
 
 
-class _DataPosition:
-  """Stands in for the data iterator the Checkpointer saves beside the state."""
-
-  def get_state(self):
-    return {"num_shards": 1, "shards": {"0": {}}}
-
-  def set_state(self, state):
-    del state
-
-
-def test_restore_onto_another_mesh_is_exact(tmp_path):
+def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, make_masker):
   config = small_config((8, 1, 1))
+  config.tokenizer.path = tokenizer_path
   _, saved = train(config, synthetic_batches(2))  # a state with non-trivial Adam moments
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(config, VOCAB, mesh)
-  ckpt = checkpoint.Checkpointer(str(tmp_path), 1)
-  ckpt.save(2, jax.device_put(saved, setup.state_shardings), _DataPosition())
+  setup = steps.make_setup(config, VOCAB, mesh)
+  data = pipeline.make_train_iter(config, tok_lib.Tokenizer.load(tokenizer_path), corpus[0],
+                                  make_masker(config))
+  ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
+  ckpt.save(2, jax.device_put(saved, setup.state_shardings), data, host={})
   ckpt.close()
   for shape, devices in [((1, 8, 1), 8), ((2, 2, 2), 8), ((1, 2, 1), 2), ((1, 1, 1), 1)]:
     config.mesh.shape = shape
-    target = train_state.make_setup(config, VOCAB,
-                                    sharding.make_mesh(config.mesh, jax.devices()[:devices]))
-    ckpt = checkpoint.Checkpointer(str(tmp_path), 1)
-    restored = ckpt.restore(2, target.abstract_state)[0]
+    target = steps.make_setup(config, VOCAB,
+                              sharding.make_mesh(config.mesh, jax.devices()[:devices]))
+    ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
+    restored = ckpt.restore(2, target.abstract_state).state
     ckpt.close()
     for x, want in zip(jax.tree.leaves(restored), jax.tree.leaves(target.state_shardings)):
       assert x.sharding == want
@@ -260,8 +260,8 @@ def _compiled_step(mesh_shape):
   """(setup, compiled train step) of small_config on `mesh_shape`; compiled once per session."""
   config = small_config(mesh_shape)
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(config, VOCAB, mesh)
-  step = train_state.make_train_step(setup, config)
+  setup = steps.make_setup(config, VOCAB, mesh)
+  step = steps.make_train_step(setup, config)
   batch = _abstract_batch(mesh, synthetic_batches(1)[0])
   return setup, step.lower(setup.abstract_state, batch).compile()
 
@@ -336,7 +336,7 @@ def test_fsdp_shards_parameter_and_optimizer_memory():
   per_device = {}
   for fsdp in (1, 2, 4, 8):
     config = small_config((8 // fsdp, fsdp, 1))
-    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+    setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
     state = setup.abstract_state
     per_device[fsdp] = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
                            for x in jax.tree.leaves((state["params"], state["opt_state"])))

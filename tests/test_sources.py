@@ -11,6 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from mlmjax.data import sources
+from mlmjax.data import text_files
 
 
 def _load(path, eval_every=2, **kwargs):
@@ -34,10 +35,10 @@ def test_builtin_corpus_split_is_deterministic_and_disjoint(corpus):
   train, evals = corpus
   assert len(train) + len(evals) == 1189  # KJV chapters
   assert len(evals) == 24
-  assert set(train.documents).isdisjoint(evals.documents)
-  assert train.documents[0].startswith("In the beginning God created the heaven and the earth.")
+  assert set(train).isdisjoint(evals)
+  assert train[0].startswith("In the beginning God created the heaven and the earth.")
   again = sources.load_splits("builtin", 50)
-  assert list(again[1].documents) == list(evals.documents)
+  assert list(again[1]) == list(evals)
   assert repr(train) == "TextSource('builtin:train', 1165 documents)"
   assert repr(evals) == "TextSource('builtin:eval', 24 documents)"
   assert train.name == "builtin:train"
@@ -64,8 +65,8 @@ def test_local_txt_and_jsonl(tmp_path):
     f.write(json.dumps({"text": "fourth doc", "id": 3}) + "\n")
   # a.txt is named twice; it is read once (else its documents could land in both splits).
   train, evals = sources.load_splits(f"{tmp_path}/a.txt, {tmp_path}/*.jsonl,{tmp_path}/a.txt", 2)
-  assert list(train.documents) == ["first doc line one\nline two", "third doc"]
-  assert list(evals.documents) == ["second doc", "fourth doc"]  # indices 1 and 3
+  assert list(train) == ["first doc line one\nline two", "third doc"]
+  assert list(evals) == ["second doc", "fourth doc"]  # indices 1 and 3
   # Views read files on demand and survive pickling (grain workers).
   assert list(pickle.loads(pickle.dumps(evals))) == ["second doc", "fourth doc"]
 
@@ -104,8 +105,6 @@ def test_missing_paths_and_file_types(tmp_path):
   (tmp_path / "x.csv").write_text("a,b")
   with _raises(f"{tmp_path}/x.csv: unsupported file type; use .txt or .jsonl"):
     sources.load_splits(f"{tmp_path}/*", 50)
-  with _raises("config.data.eval_every_nth_document must be >= 2, got 1"):
-    sources.load_splits(f"{tmp_path}/a.txt", 1)
 
 
 def test_empty_files_and_too_few_documents(tmp_path, caplog):
@@ -152,7 +151,7 @@ def test_empty_documents_are_skipped_and_counted(tmp_path, caplog):
 
 def test_invalid_utf8_is_replaced_and_counted_exactly(tmp_path, caplog, monkeypatch):
   # Tiny read blocks: "é" (2 bytes) and "€" (3 bytes) straddle reads and must not count.
-  monkeypatch.setattr(sources, "_READ_BLOCK", 3)
+  monkeypatch.setattr(text_files, "_READ_BLOCK", 3)
   data = ("café € \ufffd ok\n\n").encode() + b"bad \xff here, \xe2\x82 cut\n\nend \xc3"
   (tmp_path / "c.txt").write_bytes(data)
   assert _load(tmp_path / "c.txt") == ["café € \ufffd ok", "bad \ufffd here, \ufffd cut",
@@ -311,3 +310,18 @@ def test_tfds_errors(tfds_dir, tmp_path, monkeypatch):
                " random access needs array_record: rebuild it with --file_format=array_record or"
                " convert it with `tfds convert_format`"):
     sources.load_splits("tfds:mlmjax_tiny_text", 10)
+
+
+def test_pieces_of_a_split_document_stay_on_one_side(tmp_path, caplog):
+  """A document cut into pieces for length is held out, or trained on, as a whole: every
+  piece of document 2 (the held-out one of every 4) is in the eval split, none in training."""
+  docs = [f"doc {i} " + " ".join(f"w{i}x{k}" for k in range(40 if i == 2 else 3))
+          for i in range(8)]
+  (tmp_path / "c.txt").write_text("\n\n".join(docs), encoding="utf-8")
+  train, evals = sources.load_splits(str(tmp_path / "c.txt"), 4, max_document_chars=60)
+  assert "longer than 60 characters split into" in caplog.text
+  held = [d for d in evals if "w2x" in d or d.startswith("doc 2")]
+  assert len(held) > 3 and len(held) == len(evals) - 1  # doc 6 is the other held-out one
+  assert not [d for d in train if "w2x" in d or d.startswith("doc 2")]
+  assert " ".join(held).split() == docs[2].split()  # every piece, in order
+  assert sorted(d.split()[1] for d in train) == ["0", "1", "3", "4", "5", "7"]

@@ -1,16 +1,20 @@
 """Training: loss falls, exact resume, 8-device data parallel == 1 device."""
 
+import collections
 import json
 import os
+import struct
 
 import jax
 import numpy as np
+import pytest
 
 from configs import tiny
 from conftest import saved_state
+from mlmjax import checkpoint
 from mlmjax import sharding
 from mlmjax import train
-from mlmjax import train_state
+from mlmjax import steps
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 
@@ -61,12 +65,12 @@ def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, mak
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(micro_config.mesh, devices)
     assert mesh.shape["data"] == len(devices)
-    setup = train_state.make_setup(micro_config, tok.vocab_size, mesh)
-    step = train_state.make_train_step(setup, micro_config)
+    setup = steps.make_setup(micro_config, tok.vocab_size, mesh)
+    step = steps.make_train_step(setup, micro_config)
     state = setup.init_fn()
     losses = []
     for b in batches:
-      state, m = step(state, train_state.to_device(b, mesh))
+      state, m = step(state, sharding.to_device(b, mesh))
       losses.append(float(m["mlm_loss_sum"] / m["mlm_count"]))
     results.append((losses, jax.tree.map(np.asarray, state["params"])))
   (l1, p1), (l8, p8) = results
@@ -96,3 +100,67 @@ def test_same_config_and_seed_give_bit_identical_metrics(tmp_path, micro_config)
     return [{k: v for k, v in r.items() if k not in ("tokens_per_sec", "eta_sec")} for r in rows]
   first, second = metrics(str(tmp_path / "a")), metrics(str(tmp_path / "b"))
   assert len(first) == 6 and first == second  # 4 training rows, 2 evals
+
+
+def _rows(workdir):
+  return [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+
+
+def test_old_checkpoints_are_pruned(tmp_path, micro_config):
+  micro_config.train.checkpoint_every_steps = 2
+  micro_config.train.max_checkpoints_to_keep = 2
+  train.train_and_evaluate(micro_config, str(tmp_path))  # saves 2, 4, 6, 8
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["6", "8"]
+
+
+def test_the_last_evaluation_happens_exactly_once_whatever_interrupts(tmp_path, micro_config,
+                                                                     monkeypatch):
+  """A preemption notice at the last step saves without evaluating (to exit quickly); the
+  rerun finds nothing to train but evaluates the last step, once, however often it runs."""
+  real = checkpoint.Checkpointer.reached_preemption
+  monkeypatch.setattr(checkpoint.Checkpointer, "reached_preemption",
+                      lambda self, step: step == micro_config.train.steps)
+  train.train_and_evaluate(micro_config, str(tmp_path))
+  assert [r["step"] for r in _rows(tmp_path) if "eval/loss" in r] == [4]
+  monkeypatch.setattr(checkpoint.Checkpointer, "reached_preemption", real)
+  for _ in range(2):
+    metrics = train.train_and_evaluate(micro_config, str(tmp_path))
+    assert [r["step"] for r in _rows(tmp_path) if "eval/loss" in r] == [4, 8]
+  assert metrics == {}  # the second rerun had nothing left to do
+  uninterrupted = str(tmp_path / "straight")
+  train.train_and_evaluate(micro_config, uninterrupted)
+  assert [r for r in _rows(tmp_path) if "eval/loss" in r] == [
+      r for r in _rows(uninterrupted) if "eval/loss" in r]
+
+
+def _tensorboard_scalars(directory):
+  """{tag: [(step, value)]} read back from the event files (TFRecord framing, CRCs checked)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  from tensorboardX.record_writer import masked_crc32c  # pylint: disable=g-import-not-at-top
+  out = collections.defaultdict(list)
+  for name in sorted(os.listdir(directory)):
+    data = open(os.path.join(directory, name), "rb").read()
+    pos = 0
+    while pos < len(data):
+      header = data[pos:pos + 8]
+      (length,) = struct.unpack("<Q", header)
+      assert struct.unpack("<I", data[pos + 8:pos + 12])[0] == masked_crc32c(header)
+      record = data[pos + 12:pos + 12 + length]
+      assert struct.unpack("<I", data[pos + 12 + length:pos + 16 + length])[0] == (
+          masked_crc32c(record))
+      pos += 16 + length
+      event = event_pb2.Event.FromString(record)
+      for value in event.summary.value:
+        out[value.tag].append((event.step, value.simple_value))
+  return out
+
+
+def test_tensorboard_gets_every_logged_scalar(tmp_path, micro_config):
+  train.train_and_evaluate(micro_config, str(tmp_path))
+  scalars = _tensorboard_scalars(tmp_path / "tensorboard")
+  for row in _rows(tmp_path):
+    for tag, value in row.items():
+      if tag != "step":
+        assert (row["step"], pytest.approx(value, rel=1e-6)) in scalars[tag], tag
+  assert [s for s, _ in scalars["loss"]] == [2, 4, 6, 8]
+  assert [s for s, _ in scalars["eval/mlm_accuracy"]] == [4, 8]

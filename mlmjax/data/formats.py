@@ -122,14 +122,23 @@ class PairMaker:
 
   `random_document(rng, not_index)` returns the tokenized sentences of another document (for
   NSP negatives); it is drawn from the same split, so eval negatives stay held out.
+  `word_start` ([V] bool, vocab_stats) says which tokens begin a word: a sentence is only ever
+  cut before one, so no example starts or ends inside a word (None: any token).
   """
 
   def __init__(self, data_format: str, seq_len: int, seed: int,
-               random_document: Callable[[np.random.Generator, int], list[np.ndarray]]):
+               random_document: Callable[[np.random.Generator, int], list[np.ndarray]],
+               word_start: np.ndarray | None = None):
     self.format = data_format
     self.seq_len = seq_len
     self.seed = seed
     self.random_document = random_document
+    self.word_start = word_start
+
+  def _cut_points(self, sentence: np.ndarray) -> np.ndarray:
+    """Where a sentence may be cut in two: before a word start, never at its ends."""
+    inner = np.arange(1, len(sentence))
+    return inner if self.word_start is None else inner[self.word_start[sentence[1:]]]
 
   def __call__(self, doc: Document) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng([self.seed, doc.index, doc.epoch_key])
@@ -164,8 +173,9 @@ class PairMaker:
     """BERT's create_instances_from_document (and ALBERT's SOP variant).
 
     One departure from BERT, so that labels are exactly 50/50: a chunk of a single sentence
-    is cut at a random token into A and B (BERT always gave it a random B, which skews NSP
-    towards "not next" on corpora of long sentences).
+    is cut at a random word start into A and B (BERT always gave it a random B, which skews
+    NSP towards "not next" on corpora of long sentences). Cutting inside a word would leak a
+    label cue (a swapped SOP pair would start mid-word); a one-word sentence is not paired.
     """
     max_tokens = self.seq_len - 3
     target = max_tokens
@@ -177,11 +187,12 @@ class PairMaker:
       chunk.append(sentences[i])
       length += len(sentences[i])
       if i == len(sentences) - 1 or length >= target:
-        was_cut = len(chunk) == 1 and len(chunk[0]) >= 2
+        was_cut = len(chunk) == 1
         if was_cut:
-          cut = int(rng.integers(1, len(chunk[0])))
-          chunk = [chunk[0][:cut], chunk[0][cut:]]
-        if len(chunk) >= 2:  # else a one-token document: nothing to pair
+          cuts = self._cut_points(chunk[0])
+          cut = int(cuts[rng.integers(len(cuts))]) if len(cuts) else 0
+          chunk = [chunk[0][:cut], chunk[0][cut:]] if cut else []
+        if len(chunk) >= 2:  # else one sentence of one word: nothing to pair
           a_end = int(rng.integers(1, len(chunk)))
           a, b = np.concatenate(chunk[:a_end]), np.concatenate(chunk[a_end:])
           if self.format == "sop":
@@ -246,15 +257,15 @@ def _unpack(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def make_rows(docs: grain.IterDataset, data_format: str, seq_len: int, seed: int,
-              num_bins: int, random_document=None, keep_origin: bool = False
-              ) -> grain.IterDataset:
+              num_bins: int, random_document=None, keep_origin: bool = False,
+              word_start: np.ndarray | None = None) -> grain.IterDataset:
   """IterDataset of `Document`s -> IterDataset of rows (dicts of [seq_len] arrays).
 
   `keep_origin`: carry `sequence_keys`/`epochs` through packing (static masking needs them;
-  packing fewer features is faster, so otherwise they are zeros).
+  packing fewer features is faster, so otherwise they are zeros). `word_start`: see PairMaker.
   """
   if data_format in PAIR_FORMATS:
-    maker = PairMaker(data_format, seq_len, seed, random_document)
+    maker = PairMaker(data_format, seq_len, seed, random_document, word_start)
     return grain.experimental.FlatMapIterDataset(docs, _FlatMap(maker))
   single = grain.experimental.FlatMapIterDataset(
       docs, _FlatMap(functools.partial(_single_sequences, seq_len=seq_len)))

@@ -5,14 +5,15 @@
       .map_with_index(load)                           read + split sentences + sentencepiece,
                                                       lazily; the index gives the epoch
       -> formats.make_rows                            fixed-length rows (packed or pairs)
+      -> WindowShuffle(data.row_shuffle_window)        rows of one document spread over batches
       .batch(batch_size / shards)
-      .map_with_index(mask)                           index == step within the phase: masks
-                                                      depend only on (seed, step, global row)
+      .map_with_index(mask)                           index -> the global step: masks depend
+                                                      only on (seed, step, global row)
 
 One such chain per data shard (`data.num_shards`, default one per process); a process
 concatenates its shards' batches. The iterator's state (grain's own per shard, including the
-batch counter) is checkpointed with the model, so a resumed run sees exactly the batches and
-masks it would have seen, on the same or another number of processes.
+batch counter and the shuffle window) is checkpointed with the model, so a resumed run sees
+exactly the batches and masks it would have seen, on the same or another number of processes.
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 import itertools
 
+from absl import logging
 import grain
 import jax
 import numpy as np
 
+from mlmjax import distributed
 from mlmjax.data import formats
 from mlmjax.data import masking
-from mlmjax.data import masking_settings
 from mlmjax.data import sentences as sentences_lib
-from mlmjax.data import sources as sources_lib
 from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.errors import DataError
 
 # Eval masks and negatives come from their own seed so they never coincide with training's.
 _EVAL_SEED_OFFSET = 1_000_003
@@ -44,6 +46,7 @@ class DocumentReader:
     self.source = source
     self._model_proto = model_proto
     self._sp = None
+    self._warned = False
 
   def sentences(self, index: int) -> list[np.ndarray]:
     if self._sp is None:  # built lazily so grain worker processes each load their own
@@ -52,8 +55,16 @@ class DocumentReader:
     return [np.asarray(s, np.int32) for s in ids if s]
 
   def random_other(self, rng: np.random.Generator, not_index: int) -> list[np.ndarray]:
-    """A random non-empty document other than `not_index` (for NSP negatives)."""
+    """A random non-empty document other than `not_index` (for NSP negatives). A split of one
+    document (a small corpus holds out one) has no other: its negatives come from elsewhere in
+    the same document."""
     n = len(self.source)
+    if n == 1:
+      if not self._warned:
+        self._warned = True
+        logging.warning("%r has a single document: NSP negatives come from the same document",
+                        self.source)
+      return self.sentences(not_index)
     for _ in range(20):
       j = int(rng.integers(n - 1))
       j += j >= not_index  # uniform over the other n - 1 documents
@@ -78,16 +89,18 @@ class _LoadDocument:
 
 
 class _Mask:
-  """(step, host batch) -> masked batch without the host-only keys."""
+  """(batch index, host batch) -> masked batch without the host-only keys."""
 
-  def __init__(self, masker: masking.Masker, seed: int, first_example: int):
+  def __init__(self, masker: masking.Masker, seed: int, first_step: int, first_example: int):
     self.masker = masker
     self.seed = seed
+    self.first_step = first_step
     self.first_example = first_example
 
-  def __call__(self, step: int, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  def __call__(self, index: int, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     example_ids = self.first_example + np.arange(batch["input_ids"].shape[0])
-    out = self.masker(batch, seed=self.seed, step=step, example_ids=example_ids)
+    out = self.masker(batch, seed=self.seed, step=self.first_step + index,
+                      example_ids=example_ids)
     return {k: v for k, v in out.items() if k not in _HOST_ONLY}
 
 
@@ -102,29 +115,31 @@ def local_shards(config) -> range:
   return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
 
 
-def _shard_dataset(config, tok: tokenizer_lib.Tokenizer, source, masker: masking.Masker,
-                   seed: int, shuffle: bool, shard: int) -> grain.IterDataset:
+def _shard_dataset(config, tok, source, masker, word_start, seed: int, shuffle: bool,
+                   first_step: int, shard: int) -> grain.IterDataset:
   """Batches of this shard's rows of each global batch: documents shard::num_shards."""
   shards = num_shards(config)
   rows_per_shard = config.train.batch_size // shards
   reader = DocumentReader(source, tok.model_proto)
   doc_ids = grain.MapDataset.range(len(source))[shard::shards]
   if len(doc_ids) == 0:
-    raise sources_lib.DataError(
-        f"{source!r} has {len(source)} documents: fewer than the {shards} data shards"
-        " (data.num_shards, or one per process)")
+    raise DataError(f"{source!r} has {len(source)} documents: fewer than the {shards} data"
+                    " shards (data.num_shards, or one per process)")
   if shuffle:
     doc_ids = doc_ids.shuffle(seed=seed + 7 * shard)
   # BERT's static masking repeats its data every dupe_factor epochs: so do the rows built here.
-  static = "static" in masking_settings.strategies_in_use(config.masking)
+  static = "static" in masker.settings.in_use()
   period = config.masking.dupe_factor if static else 0
   docs = doc_ids.repeat(None).map_with_index(_LoadDocument(reader, len(doc_ids), period))
   rows = formats.make_rows(docs.to_iter_dataset(), config.data.format, config.data.seq_len,
                            seed, num_bins=rows_per_shard, random_document=reader.random_other,
-                           keep_origin=static)
+                           keep_origin=static, word_start=word_start)
+  if shuffle and config.data.row_shuffle_window > 1:
+    rows = grain.experimental.WindowShuffleIterDataset(
+        rows, window_size=config.data.row_shuffle_window, seed=seed + 11 * shard)
   batches = rows.batch(rows_per_shard, drop_remainder=True)
   # Masks are keyed by the row's place in the global batch, whichever process builds it.
-  return batches.map_with_index(_Mask(masker, seed, shard * rows_per_shard))
+  return batches.map_with_index(_Mask(masker, seed, first_step, shard * rows_per_shard))
 
 
 class ShardedIterator(grain.DatasetIterator):
@@ -145,40 +160,48 @@ class ShardedIterator(grain.DatasetIterator):
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
   def get_state(self) -> dict:
-    """{"num_shards": N, "shards": {str(shard): grain state}} for this process's shards;
-    the states of all processes merged (see checkpoint.py) make the global position."""
+    """{"num_shards": N, "shards": {str(shard): grain state}} for this process's shards."""
     return {"num_shards": self.total_shards,
             "shards": {str(s): it.get_state() for s, it in self.shard_iters.items()}}
+
+  def global_state(self) -> dict:
+    """Every shard's state, gathered from all processes (a collective: all must call)."""
+    parts = distributed.allgather_json(self.get_state())
+    return {"num_shards": self.total_shards,
+            "shards": {k: v for part in parts for k, v in part["shards"].items()}}
 
   def set_state(self, state: dict) -> None:
     """Takes a global position (every shard's state) and keeps this process's shards."""
     if state["num_shards"] != self.total_shards:
-      raise sources_lib.DataError(
+      raise DataError(
           f"the checkpoint's data position has {state['num_shards']} shards, this run"
           f" {self.total_shards}: set data.num_shards={state['num_shards']} to resume it")
     for s, it in self.shard_iters.items():
       it.set_state(state["shards"][str(s)])
 
 
-def _make_iter(config, tok, source, masker, seed: int, shuffle: bool) -> ShardedIterator:
-  shards, p, b = num_shards(config), jax.process_count(), config.train.batch_size
-  if shards % p or b % shards:
-    raise sources_lib.DataError(
-        f"data.num_shards={shards} must be a multiple of the {p} processes and divide"
-        f" train.batch_size={b}")
-  return ShardedIterator({s: iter(_shard_dataset(config, tok, source, masker, seed, shuffle, s))
-                          for s in local_shards(config)}, shards)
+def _make_iter(config, tok, source, masker, word_start, seed: int, shuffle: bool,
+               first_step: int) -> ShardedIterator:
+  return ShardedIterator(
+      {s: iter(_shard_dataset(config, tok, source, masker, word_start, seed, shuffle,
+                              first_step, s)) for s in local_shards(config)},
+      num_shards(config))
 
 
-def make_train_iter(config, tok, source, masker) -> ShardedIterator:
-  """Endless iterator of this process's slice of each global training batch."""
-  return _make_iter(config, tok, source, masker, config.seed, shuffle=True)
+def make_train_iter(config, tok, source, masker, word_start=None,
+                    first_step: int = 0) -> ShardedIterator:
+  """Endless iterator of this process's slice of each global training batch; its i-th batch
+  trains step `first_step + i + 1` (masks are keyed by that step)."""
+  return _make_iter(config, tok, source, masker, word_start, config.seed, shuffle=True,
+                    first_step=first_step)
 
 
-def make_eval_iter(config, tok, source, masker) -> Iterator[dict[str, np.ndarray]]:
+def make_eval_iter(config, tok, source, masker, word_start=None
+                   ) -> Iterator[dict[str, np.ndarray]]:
   """The same `config.train.eval_batches` held-out batches, with the same masks, every time.
 
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
   """
-  it = _make_iter(config, tok, source, masker, config.seed + _EVAL_SEED_OFFSET, shuffle=False)
+  it = _make_iter(config, tok, source, masker, word_start, config.seed + _EVAL_SEED_OFFSET,
+                  shuffle=False, first_step=0)
   return itertools.islice(it, config.train.eval_batches)

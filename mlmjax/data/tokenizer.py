@@ -20,7 +20,6 @@ from mlmjax import errors
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL = 5  # ids below this are never masked, predicted as random replacements, etc.
 _SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-MODEL_FILENAME = "tokenizer.model"
 
 
 class TokenizerError(errors.UserError):
@@ -108,13 +107,13 @@ def train_tokenizer(documents: Iterable[str], vocab_size: int, model_type: str,
   return Tokenizer(buf.getvalue())
 
 
-def get_tokenizer(tokenizer_config, train_documents: Iterable[str], workdir: str) -> Tokenizer:
-  """The run's tokenizer: the workdir's copy on resume, else the user's model, else train one.
+def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: str) -> Tokenizer:
+  """The run's tokenizer: the saved copy at `saved` (the workdir's) on resume, else the user's
+  model, else one trained on the training split.
 
-  The chosen model is always copied to `workdir/tokenizer.model`, so a run (and predict/export)
-  depends only on its workdir.
+  The chosen model is always copied to `saved`, so a run (and predict/export) depends only on
+  its workdir.
   """
-  saved = os.path.join(workdir, MODEL_FILENAME)
   if os.path.exists(saved):
     tok = Tokenizer.load(saved)
     if tokenizer_config.path and Tokenizer.load(tokenizer_config.path).model_proto != (

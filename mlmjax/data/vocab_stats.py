@@ -38,7 +38,6 @@ import numpy as np
 from mlmjax import errors
 from mlmjax.data import tokenizer as tokenizer_lib
 
-STATS_FILENAME = "tokenizer_stats.npz"
 _FORMAT_VERSION = 1
 _SPACE = "\u2581"
 _CLOSERS = "\"'”’)]}»"
@@ -148,14 +147,14 @@ def load(path: str) -> VocabStats:
   return VocabStats(**fields)
 
 
-def get_vocab_stats(tok: tokenizer_lib.Tokenizer, documents: Sequence[str], workdir: str,
+def get_vocab_stats(tok: tokenizer_lib.Tokenizer, documents: Sequence[str], path: str,
                     max_documents: int) -> VocabStats:
-  """The run's stats: `workdir/tokenizer_stats.npz` if present, else computed and saved there.
+  """The run's stats: the file at `path` (the workdir's) if present, else computed and saved
+  there.
 
   Like the tokenizer, the stats are computed once per run and reused on resume, so masks that
   depend on them (frequency, unigram replacement) never change under a run's feet.
   """
-  path = os.path.join(workdir, STATS_FILENAME)
   if os.path.exists(path):
     stats = load(path)
     if stats.vocab_size != len(tok):

@@ -1,4 +1,4 @@
-"""The train state and the pure, jitted train/eval steps.
+"""The sharded train state and the pure, jitted train/eval steps.
 
 The state is a plain pytree `{"step", "params", "opt_state"}`: params are the model's
 `nnx.to_pure_dict` (a nested dict of arrays), so orbax, optax and jit see ordinary pytrees and
@@ -15,7 +15,6 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from mlmjax import checkpoint
 from mlmjax import losses
 from mlmjax import model as model_lib
 from mlmjax import optim
@@ -67,7 +66,7 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
       compute_shardings=sharding.compute_shardings(param_shardings),
-      abstract_state=checkpoint.abstract_with_shardings(abstract, state_shardings),
+      abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
 
@@ -103,7 +102,6 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
   schedule = optim.learning_rate_schedule(config.train)
   dropout_base = jax.random.PRNGKey(config.seed)
   k = int(config.train.grad_accum_steps)
-  sharding.micro_batch_size(config.train.batch_size, k, setup.mesh)  # fails early if uneven
 
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
@@ -153,7 +151,9 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
     # The global counts are already reduced over devices (the loss needed them first): report
     # those rather than reducing the same sums a second time.
     sums.update({c: counts[c] for c in counts if c in sums})
-    updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"])
+    # The schedule follows the step (optim.py): the rate logged is the rate applied.
+    updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"],
+                                         step=state["step"])
     new_state = {"step": state["step"] + 1,
                  "params": optax.apply_updates(state["params"], updates),
                  "opt_state": opt_state}
@@ -185,9 +185,3 @@ def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
                  in_shardings=(setup.state_shardings["params"],
                                sharding.batch_sharding(setup.mesh)),
                  out_shardings=sharding.replicated(setup.mesh))
-
-
-def to_device(batch: dict, mesh: jax.sharding.Mesh) -> dict:
-  """This process's rows -> global arrays sharded over the batch axes of the mesh."""
-  s = sharding.batch_sharding(mesh)
-  return {k: jax.make_array_from_process_local_data(s, v) for k, v in batch.items()}

@@ -1,0 +1,196 @@
+"""Every config rule, checked at once before a run writes anything to its workdir.
+
+`check(config)` raises errors.ConfigError with a message naming the key(s) to change. Rules that
+need the data (a corpus too small, a tokenizer that does not match a checkpoint) are checked
+where the data is read; everything that the config alone (and the devices) decides is here.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from mlmjax import optim
+from mlmjax import phases as phases_lib
+from mlmjax import sharding
+from mlmjax.data import formats
+from mlmjax.data import masking
+from mlmjax.errors import ConfigError
+from mlmjax.data.masking import settings as masking_settings
+
+
+def _one_of(key: str, value, allowed) -> None:
+  if value not in allowed:
+    raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check(config, num_devices: int | None = None, num_processes: int | None = None) -> None:
+  """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  num_processes = jax.process_count() if num_processes is None else num_processes
+  _check_model(config.model)
+  _check_data(config)
+  _check_masking(config.masking)
+  _check_phases(config)
+  _check_mesh_and_batch(config, num_devices, num_processes)
+  _check_train(config.train)
+
+
+def _check_model(m) -> None:
+  _one_of("model.position_embedding_type", m.position_embedding_type, ("learned", "rope"))
+  if m.hidden_size < 1 or m.num_heads < 1 or m.hidden_size % m.num_heads:
+    raise ConfigError(f"model.hidden_size={m.hidden_size} must be a positive multiple of"
+                      f" model.num_heads={m.num_heads}")
+  if m.position_embedding_type == "rope" and (m.hidden_size // m.num_heads) % 2:
+    raise ConfigError(f"model.position_embedding_type='rope' needs an even head size;"
+                      f" model.hidden_size / model.num_heads = {m.hidden_size // m.num_heads}")
+  for key in ("num_layers", "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+    if m[key] < 1:
+      raise ConfigError(f"model.{key}={m[key]} must be >= 1")
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    if not 0.0 <= m[key] < 1.0:
+      raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
+  _one_of("model.dtype", m.dtype, ("float32", "bfloat16"))
+
+
+def _check_data(config) -> None:
+  d = config.data
+  _one_of("data.format", d.format, formats.FORMATS)
+  if d.eval_every_nth_document < 2:
+    raise ConfigError(f"data.eval_every_nth_document={d.eval_every_nth_document} must be >= 2")
+  if d.max_document_chars < 1 or d.row_shuffle_window < 0:
+    raise ConfigError("data.max_document_chars must be >= 1 and data.row_shuffle_window >= 0")
+  _one_of("tokenizer.model_type", config.tokenizer.model_type, ("unigram", "bpe"))
+
+
+def _check_masking(c) -> None:
+  """The masking.* keys; the mixture spec's syntax is checked as it is parsed."""
+  names = masking.STRATEGIES
+  _one_of("masking.strategy", c.strategy, names)
+  if not 0.0 < c.mask_rate < 1.0:
+    raise ConfigError(f"masking.mask_rate={c.mask_rate} must be strictly between 0 and 1")
+  if c.mask_token_prob < 0 or c.random_token_prob < 0 or (
+      c.mask_token_prob + c.random_token_prob > 1.0):
+    raise ConfigError("masking.mask_token_prob and masking.random_token_prob must be >= 0 and"
+                      f" sum to <= 1, got {c.mask_token_prob} + {c.random_token_prob}")
+  if c.max_predictions_per_seq < 1:
+    raise ConfigError(f"masking.max_predictions_per_seq={c.max_predictions_per_seq} must be"
+                      " >= 1")
+  _one_of("masking.replacement", c.replacement, ("uniform", "unigram"))
+  if c.adaptive_every_steps < 1:
+    raise ConfigError(f"masking.adaptive_every_steps={c.adaptive_every_steps} must be >= 1")
+  if not 0.0 <= c.adaptive_decay < 1.0:
+    raise ConfigError(f"masking.adaptive_decay={c.adaptive_decay} must be in [0, 1)")
+  if c.stats_max_documents < 0:
+    raise ConfigError(f"masking.stats_max_documents={c.stats_max_documents} must be >= 0")
+  settings = masking_settings.Settings.from_config(c)
+  for name, _ in settings.mixture:
+    if name not in names or name == "mixture":
+      raise ConfigError(f"masking.mixture: {name!r} is not one of"
+                        f" {', '.join(n for n in names if n != 'mixture')}")
+  used = settings.in_use()
+  if "static" in used:
+    if c.dupe_factor < 1:
+      raise ConfigError(f"masking.dupe_factor={c.dupe_factor} must be >= 1")
+    _one_of("masking.static_strategy", c.static_strategy, masking.STATIC_BASES)
+  if "span" in used:
+    if not 0.0 < c.span_p <= 1.0:
+      raise ConfigError(f"masking.span_p={c.span_p} must be in (0, 1] (SpanBERT: 0.2)")
+    if c.span_max_words < 1:
+      raise ConfigError(f"masking.span_max_words={c.span_max_words} must be >= 1 (SpanBERT: 10)")
+  if "frequency" in used and not (np.isfinite(c.frequency_alpha) and c.frequency_alpha >= 0):
+    raise ConfigError(f"masking.frequency_alpha={c.frequency_alpha} must be >= 0 (0: uniform,"
+                      " 1: inverse frequency)")
+  for needs_counts, what in (("frequency" in used, "strategy 'frequency'"),
+                             (c.replacement == "unigram", "replacement='unigram'")):
+    if needs_counts and c.stats_max_documents == 0:
+      raise ConfigError(f"masking.{what} needs token counts: set masking.stats_max_documents"
+                        " > 0")
+  if "entity" in used:
+    if not c.entity_heuristic and not c.entity_gazetteer:
+      raise ConfigError("masking.strategy 'entity' needs masking.entity_heuristic=True or a"
+                        " masking.entity_gazetteer file (one phrase per line)")
+    if c.entity_gazetteer:
+      _check_gazetteer(c.entity_gazetteer)
+
+
+def _check_gazetteer(path: str) -> None:
+  if not os.path.isfile(path):
+    raise ConfigError(f"masking.entity_gazetteer: {path!r} does not exist")
+  with open(path, encoding="utf-8", errors="replace") as f:
+    if not any(line.strip() for line in f):
+      raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
+
+
+def _check_phases(config) -> None:
+  spec = config.train.phases
+  if spec and (any(len(p) != 3 for p in spec) or min(p[0] for p in spec) <= 0
+               or abs(sum(p[0] for p in spec) - 1.0) > 1e-6):
+    raise ConfigError(f"train.phases={spec} must be (fraction, seq_len, max_predictions)"
+                      " triples with positive fractions summing to 1")
+  min_len = 5 if formats.has_pair_labels(config.data.format) else 3
+  for phase in phases_lib.plan(config):
+    if phase.seq_len > config.model.max_position_embeddings:
+      raise ConfigError(f"data.seq_len={phase.seq_len} exceeds"
+                        f" model.max_position_embeddings={config.model.max_position_embeddings}")
+    if phase.seq_len < min_len:
+      raise ConfigError(f"data.seq_len={phase.seq_len} must be >= {min_len} for"
+                        f" data.format={config.data.format!r}")
+    # A full row holds seq_len - 2 maskable tokens; the masker's own budget formula says how
+    # many predictions it wants.
+    _, wanted = masking.budget(phase.seq_len - 2, config.masking.mask_rate, phase.max_predictions)
+    if phase.max_predictions < wanted:
+      raise ConfigError(
+          f"masking.max_predictions_per_seq={phase.max_predictions} is too small for"
+          f" masking.mask_rate={config.masking.mask_rate} at seq_len {phase.seq_len}: a full"
+          f" row wants {int(wanted)} predictions; set it to at least {int(wanted)}")
+
+
+def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
+  shape = tuple(config.mesh.shape)
+  if len(shape) != len(sharding.MESH_AXES) or shape.count(-1) > 1 or any(
+      s == 0 or s < -1 for s in shape):
+    raise ConfigError(f"config.mesh.shape={shape} must have 3 positive entries"
+                      f" {sharding.MESH_AXES}, at most one of them -1")
+  known = int(np.prod([s for s in shape if s != -1]))
+  if -1 in shape and num_devices % known:
+    raise ConfigError(f"config.mesh.shape={shape}: {num_devices} devices are not divisible by"
+                      f" {known}")
+  if -1 not in shape and known != num_devices:
+    raise ConfigError(f"config.mesh.shape={shape} needs {known} devices, have {num_devices}")
+  for rule in config.mesh.rules:
+    if len(rule) != 2:
+      raise ConfigError(f"config.mesh.rules entry {rule!r} must be a (logical axis, mesh axis)"
+                        " pair")
+    for axis in sharding.rule_targets(rule[1]):
+      if axis not in sharding.MESH_AXES:
+        raise ConfigError(f"config.mesh.rules maps {rule[0]!r} to {axis!r}, which is not a"
+                          f" mesh axis ({', '.join(sharding.MESH_AXES)})")
+  resolved = dict(zip(sharding.MESH_AXES, sharding.resolve_mesh_shape(shape, num_devices)))
+  dp = int(np.prod([resolved[a] for a in sharding.BATCH_AXES]))
+  t = config.train
+  if t.grad_accum_steps < 1:
+    raise ConfigError(f"train.grad_accum_steps={t.grad_accum_steps} must be >= 1")
+  if t.batch_size < 1 or t.batch_size % (dp * t.grad_accum_steps) or t.batch_size % num_processes:
+    raise ConfigError(
+        f"train.batch_size={t.batch_size} must be divisible by train.grad_accum_steps="
+        f"{t.grad_accum_steps} x the data-parallel size {dp} (data x fsdp of the mesh"
+        f" {resolved}) and by the process count {num_processes}")
+  shards = config.data.num_shards or num_processes
+  if config.data.num_shards < 0 or shards % num_processes or t.batch_size % shards:
+    raise ConfigError(f"data.num_shards={shards} must be a multiple of the {num_processes}"
+                      f" processes and divide train.batch_size={t.batch_size}")
+
+
+def _check_train(t) -> None:
+  _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
+  _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
+  if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
+      t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:
+    raise ConfigError("train.steps, train.eval_batches, train.max_checkpoints_to_keep and the"
+                      " train.*_every_steps intervals must be >= 1")
+  if t.learning_rate < 0 or t.warmup_steps < 0 or t.max_consecutive_skips < 0:
+    raise ConfigError("train.learning_rate, train.warmup_steps and train.max_consecutive_skips"
+                      " must be >= 0")

@@ -1,0 +1,14 @@
+"""Host-side masking for MLM, vectorised numpy over whole batches; a mask is a pure function of
+(seed, step, global example) or, for static masks, of (seed, sequence, epoch % dupe_factor).
+
+  uniforms.py    counter-based random numbers (every draw is a hash of its coordinates)
+  units.py       words and whole-unit selection under a budget
+  spans.py       SpanBERT spans;  entities.py  gazetteer and capitalised-run entities
+  strategies.py  the base strategies, one selection function each, in one table
+  masker.py      mixture, static, the 80/10/10 replacement: what the pipeline calls
+  settings.py    the masking.* keys typed, the mixture spec, the per-row budget
+"""
+
+from mlmjax.data.masking.masker import Masker
+from mlmjax.data.masking.settings import Settings, budget
+from mlmjax.data.masking.strategies import STATIC_BASES, STRATEGIES

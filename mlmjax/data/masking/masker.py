@@ -1,0 +1,206 @@
+"""The masker: turns packed batches into MLM batches with the configured strategy.
+
+It composes the base strategies (strategies.py) into the two composite ones and applies the
+replacement:
+
+  mixture   per example, one base strategy drawn with the weights of `masking.mixture` from
+            (seed, step, example id).
+  static    BERT's original data: `dupe_factor` fixed masks per packed sequence, cycled by
+            epoch (the mask of epoch e is that of epoch e % dupe_factor), made by
+            `static_strategy` on each sequence alone. The budget is per sequence, not per row,
+            so a sequence gets the same mask wherever it is packed; a row of several sequences
+            may thus get a few more or fewer predictions than a dynamic row. If a row's
+            sequences together want more than max_predictions_per_seq, whole units (tokens,
+            words, spans) are dropped in a static random order until they fit: only then does a
+            mask depend on its row.
+  replacement  each selected token becomes [MASK] with probability mask_token_prob, a random
+            non-special token with random_token_prob, else stays; decided per token, or per
+            span for `span`. `replacement='uniform'` draws the random token uniformly,
+            `'unigram'` by its corpus count (never-seen tokens are never drawn).
+
+A warning is logged once if many rows want more than max_predictions_per_seq (the cap then
+lowers the effective rate).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from absl import logging
+import numpy as np
+
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import entities
+from mlmjax.data.masking import settings as settings_lib
+from mlmjax.data.masking import strategies
+from mlmjax.data.masking import uniforms
+from mlmjax.data.masking import units
+
+NS = tokenizer_lib.NUM_SPECIAL
+_WARN_MIN_ROWS, _WARN_FRACTION = 256, 0.05
+_STATIC_KEYS = ("segment_ids", "positions", "sequence_keys", "epochs")
+
+
+class Masker:
+  """Picklable (grain may copy it into worker processes).
+
+  Batch keys: `input_ids` always; `segment_ids` when present (else every non-[PAD] token is one
+  segment); `static` also needs `positions`, `sequence_keys`, `epochs` (data/formats.py). Other
+  keys pass through unchanged.
+  """
+
+  def __init__(self, masking_config, stats: vocab_stats_lib.VocabStats,
+               gazetteer: entities.Gazetteer | None = None,
+               token_weights: Callable[[int], np.ndarray | None] | None = None):
+    """`masking_config`: config.masking, already checked (config_check.py).
+    `token_weights(step)`: adaptive masking's weight table in force at that step."""
+    self.settings = settings_lib.Settings.from_config(masking_config)
+    self._ctx = strategies.Context(self.settings, stats, gazetteer,
+                                   token_weights or strategies.no_weights)
+    self._vocab_size = stats.vocab_size
+    tail = np.cumsum(np.asarray(stats.counts, np.float64)[NS:])
+    self._unigram_cdf = tail if tail[-1] > 0 else None
+    self._rows_seen = self._rows_truncated = 0
+    self._warned = False
+
+  def __call__(self, batch: dict[str, np.ndarray], *, seed: int, step: int,
+               example_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """-> a new dict: masked `input_ids`, plus `masked_positions` [B, P] int32 (ascending,
+    padding slots last with position 0), `masked_ids` [B, P] int32 (original tokens) and
+    `masked_weights` [B, P] float32 (1 real, 0 padding); P = max_predictions_per_seq."""
+    ids = np.asarray(batch["input_ids"])
+    example_ids = np.asarray(example_ids)
+    s = self.settings
+    if s.strategy == "mixture":
+      selected, new_ids = np.zeros(ids.shape, bool), ids.copy()
+      want = np.zeros(len(ids), np.int64)
+      cum = np.cumsum([w for _, w in s.mixture])
+      u = uniforms.uniform(seed, uniforms.MIXTURE, step, example_ids, 1)[:, 0]
+      choice = np.minimum(np.searchsorted(cum, u, side="right"), len(cum) - 1)
+      for i, (name, _) in enumerate(s.mixture):
+        rows = np.nonzero(choice == i)[0]
+        if len(rows):
+          sub = {k: np.asarray(v)[rows] for k, v in batch.items() if _is_row_array(v, ids)}
+          selected[rows], new_ids[rows], want[rows] = self._mask_rows(
+              name, sub, seed, step, example_ids[rows])
+    else:
+      selected, new_ids, want = self._mask_rows(s.strategy, batch, seed, step, example_ids)
+    self._note_truncation(want)
+    return _outputs(batch, ids, new_ids, selected, s.max_predictions)
+
+  def _mask_rows(self, strategy, batch, seed, step, example_ids):
+    """-> selected [R, T], new input ids [R, T], wanted count before the cap [R]."""
+    if strategy == "static":
+      return self._static(batch, seed)
+    ids = np.asarray(batch["input_ids"])
+    seg = batch.get("segment_ids")
+    seg = (ids != tokenizer_lib.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
+    rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids),
+                                self.settings.mask_rate, self.settings.max_predictions)
+    sel = strategies.SELECTORS[strategy](rows, self._ctx)
+    return sel.selected, self._replace(rows, sel), rows.want
+
+  def _static(self, batch, seed):
+    """Masks each packed sequence alone (placed at columns = its positions), keyed by
+    (sequence key, epoch % dupe_factor), then maps back and truncates rows to the cap."""
+    missing = [k for k in _STATIC_KEYS if k not in batch]
+    if missing:
+      raise ValueError(f"masking.strategy='static' needs batch keys {missing}")
+    s = self.settings
+    ids = np.asarray(batch["input_ids"])
+    seg = np.asarray(batch["segment_ids"])
+    pos = np.asarray(batch["positions"]).astype(np.int64)
+    num_rows, length = ids.shape
+    tok = seg > 0
+    tr, tc = np.nonzero(tok)
+    _, inv = np.unique(tr * (int(seg.max()) + 1) + seg[tok], return_inverse=True)
+    inv = inv.reshape(-1)
+    nv = int(inv.max()) + 1 if len(inv) else 0  # sequences in the batch
+    vpos = pos[tok]
+    vids = np.zeros((nv, length), ids.dtype)
+    vids[inv, vpos] = ids[tok]
+    vseg = np.zeros((nv, length), np.int32)
+    vseg[inv, vpos] = 1
+    keys = np.zeros(nv, np.uint64)
+    keys[inv] = np.asarray(batch["sequence_keys"])[tok].astype(np.uint64)
+    dupes = np.zeros(nv, np.int64)
+    dupes[inv] = np.asarray(batch["epochs"])[tok].astype(np.int64) % s.dupe_factor
+    vrows = strategies.Rows.make(vids, vseg, uniforms.Draws(seed, sequence_keys=keys,
+                                                            dupes=dupes),
+                                 s.mask_rate, s.max_predictions)
+    if nv == 0:  # a batch of padding only
+      return np.zeros(ids.shape, bool), ids.copy(), np.zeros(num_rows, np.int64)
+    vsel = strategies.SELECTORS[s.static_strategy](vrows, self._ctx)
+    vnew = self._replace(vrows, vsel)
+    selected = np.zeros(ids.shape, bool)
+    selected[tok] = vsel.selected[inv, vpos]
+    new_ids = ids.copy()
+    new_ids[tok] = vnew[inv, vpos]
+    head_col = np.full(ids.shape, -1, np.int64)
+    head_col[tok] = tc - vpos + vsel.head_col[inv, vpos]
+    trunc_score = np.ones(ids.shape)
+    trunc_score[tok] = vrows.draws.u(uniforms.TRUNCATE, length)[
+        inv, vsel.head_col[inv, vpos].clip(0)]
+    seq_row = np.zeros(nv, np.int64)
+    seq_row[inv] = tr
+    want = np.bincount(seq_row, weights=vrows.budget, minlength=num_rows)  # per-sequence budgets
+    over = np.nonzero(selected.sum(axis=1) > s.max_predictions)[0]
+    if len(over):
+      sel_o, hc_o = selected[over], np.where(selected[over], head_col[over], -1)
+      heads = sel_o & (hc_o == np.arange(length))
+      sizes = units.unit_sizes(hc_o, sel_o)
+      accepted = units.greedy_units(trunc_score[over], heads, sizes,
+                                    np.full(len(over), s.max_predictions))
+      selected[over] = units.expand(accepted, hc_o, sel_o)
+      new_ids = np.where(selected, new_ids, ids)
+    return selected, new_ids, want.astype(np.int64)
+
+  def _replace(self, rows: strategies.Rows, sel: strategies.Selection) -> np.ndarray:
+    """Input ids with the 80/10/10 replacement applied at the selected tokens."""
+    ids = rows.ids
+    length = ids.shape[1]
+    action = rows.draws.u(uniforms.ACTION, length)
+    if sel.per_unit_decision:
+      action = np.take_along_axis(action, np.maximum(sel.head_col, 0), axis=1)
+    u = rows.draws.u(uniforms.REPLACEMENT, length)
+    if self.settings.replacement == "unigram":
+      cdf = self._unigram_cdf
+      random_ids = NS + np.searchsorted(cdf, u * cdf[-1], side="right")
+    else:
+      random_ids = NS + np.floor(u * (self._vocab_size - NS)).astype(np.int64)
+    pm, pr = self.settings.mask_token_prob, self.settings.random_token_prob
+    replacement = np.where(action < pm, tokenizer_lib.MASK_ID,
+                           np.where(action < pm + pr, random_ids, ids))
+    return np.where(sel.selected, replacement, ids).astype(ids.dtype)
+
+  def _note_truncation(self, want: np.ndarray) -> None:
+    self._rows_seen += len(want)
+    self._rows_truncated += int(np.sum(want > self.settings.max_predictions))
+    if (not self._warned and self._rows_seen >= _WARN_MIN_ROWS
+        and self._rows_truncated > _WARN_FRACTION * self._rows_seen):
+      self._warned = True
+      logging.warning(
+          "masking: %.0f%% of rows want more than masking.max_predictions_per_seq=%d"
+          " predictions at mask_rate=%g and are capped, lowering the effective rate; raise"
+          " max_predictions_per_seq to about mask_rate * data.seq_len",
+          100.0 * self._rows_truncated / self._rows_seen, self.settings.max_predictions,
+          self.settings.mask_rate)
+
+
+def _is_row_array(v, ids) -> bool:
+  return isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == ids.shape[0]
+
+
+def _outputs(batch, ids, new_ids, selected, max_predictions) -> dict[str, np.ndarray]:
+  num_rows, _ = ids.shape
+  order = np.argsort(~selected, axis=1, kind="stable")[:, :max_predictions]  # selected first
+  if order.shape[1] < max_predictions:  # rows shorter than P
+    order = np.pad(order, ((0, 0), (0, max_predictions - order.shape[1])))
+  valid = np.arange(max_predictions)[None, :] < selected.sum(axis=1)[:, None]
+  positions = np.where(valid, order, 0).astype(np.int32)
+  original = np.where(valid, ids[np.arange(num_rows)[:, None], positions], 0).astype(np.int32)
+  out = dict(batch)
+  out.update(input_ids=new_ids.astype(np.int32), masked_positions=positions,
+             masked_ids=original, masked_weights=valid.astype(np.float32))
+  return out

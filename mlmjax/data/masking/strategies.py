@@ -1,0 +1,164 @@
+"""The base masking strategies: one selection function each, registered in `SELECTORS`, the
+single source of the strategy names. A selection function takes the rows to mask and the
+masker's context and returns which tokens are selected (and their units, for replacement).
+
+Common to all: maskable tokens are everything but [PAD]/[UNK]/[CLS]/[SEP]/[MASK] and segment 0
+(padding); a row selects at most its budget (settings.budget), and exactly its budget where it
+picks single tokens. Strategies that pick whole units (words, entities) may end a little below
+it when no remaining unit fits (BERT's whole-word rule).
+
+  random      budget tokens uniformly without replacement (BERT, RoBERTa).
+  whole_word  words (units.py) in random order; a word is taken whole if it fits in what is
+              left of the budget, else skipped (BERT's whole-word masking).
+  span        SpanBERT (spans.py); one 80/10/10 decision per span.
+  entity      ERNIE-style (entities.py): entity spans taken whole in random order while they
+              fit, then the budget filled with single tokens outside entities, so an entity is
+              masked completely or not at all.
+  frequency   weighted sampling without replacement, weight count**(-frequency_alpha)
+              (counts from vocab_stats; unseen tokens count as 1). The first pick is
+              proportional to the weight, each next one among the rest (Efraimidis-Spirakis).
+              alpha = 0 is exactly `random`.
+  adaptive    like frequency, with per-token-id weights fed back from the training loss (see
+              mlmjax/adaptive.py); weight 0 = never selected; exactly `random` before the first
+              table.
+
+Composites (masker.py): `mixture` (one base strategy per example) and `static` (BERT's fixed
+masks, made by a base strategy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import entities
+from mlmjax.data.masking import settings as settings_lib
+from mlmjax.data.masking import spans
+from mlmjax.data.masking import uniforms
+from mlmjax.data.masking import units
+
+
+@dataclasses.dataclass
+class Rows:
+  """The arrays a selection works on: real rows, or single packed sequences (static)."""
+
+  ids: np.ndarray       # [R, T] int32
+  seg: np.ndarray       # [R, T] int32, 0 = padding
+  draws: uniforms.Draws
+  maskable: np.ndarray  # [R, T] bool
+  budget: np.ndarray    # [R] predictions to make
+  want: np.ndarray      # [R] the budget before the max_predictions cap
+
+  @classmethod
+  def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int) -> "Rows":
+    maskable = (ids >= tokenizer_lib.NUM_SPECIAL) & (seg > 0)
+    budget, want = settings_lib.budget(maskable.sum(axis=1), mask_rate, max_predictions)
+    return cls(ids, seg, draws, maskable, budget, want)
+
+
+@dataclasses.dataclass
+class Selection:
+  selected: np.ndarray        # [R, T] bool
+  head_col: np.ndarray        # [R, T] column of the token's unit head (valid where selected)
+  per_unit_decision: bool     # one 80/10/10 decision per unit (span) instead of per token
+
+
+def no_weights(step: int) -> None:
+  """The token weights of a run without adaptive feedback: none (uniform)."""
+  del step
+
+
+@dataclasses.dataclass
+class Context:
+  """What selections read besides the rows: settings, vocabulary tables, gazetteer, and the
+  adaptive weight table in force at a step (None: uniform)."""
+
+  settings: settings_lib.Settings
+  stats: vocab_stats_lib.VocabStats
+  gazetteer: entities.Gazetteer | None = None
+  token_weights: Callable[[int], np.ndarray | None] = no_weights
+
+  def __post_init__(self):
+    self.log_counts = np.log(np.maximum(np.asarray(self.stats.counts, np.float64), 1.0))
+    self.span_cdf = spans.length_cdf(self.settings.span_p, self.settings.span_max_words)
+
+
+def _tokens(rows: Rows, score: np.ndarray) -> Selection:
+  """Single tokens in ascending score, up to the budget."""
+  accepted = units.greedy_units(score, rows.maskable, np.ones_like(rows.ids), rows.budget)
+  return Selection(accepted & rows.maskable, np.broadcast_to(
+      np.arange(rows.ids.shape[1]), rows.ids.shape), False)
+
+
+def _exponential_keys(rows: Rows) -> np.ndarray:
+  """log of Exp(1) draws: subtracting log(weight) gives Efraimidis-Spirakis keys."""
+  with np.errstate(divide="ignore"):
+    return np.log(-np.log1p(-rows.draws.u(uniforms.SELECT, rows.ids.shape[1])))
+
+
+def select_random(rows: Rows, ctx: Context) -> Selection:
+  del ctx
+  return _tokens(rows, rows.draws.u(uniforms.SELECT, rows.ids.shape[1]))
+
+
+def select_frequency(rows: Rows, ctx: Context) -> Selection:
+  return _tokens(rows, _exponential_keys(rows)
+                 + ctx.settings.frequency_alpha * ctx.log_counts[rows.ids])
+
+
+def select_adaptive(rows: Rows, ctx: Context) -> Selection:
+  weights = ctx.token_weights(rows.draws.step)
+  if weights is None:  # same order as the keys below with unit weights: exactly `random`
+    return select_random(rows, ctx)
+  with np.errstate(divide="ignore"):  # weight 0 -> +inf: never selected
+    return _tokens(rows, _exponential_keys(rows) - np.log(weights[rows.ids]))
+
+
+def _whole_units(rows: Rows, heads: np.ndarray, score: np.ndarray) -> Selection:
+  head_col = units.head_cols(heads)
+  sizes = units.unit_sizes(head_col, rows.maskable)
+  accepted = units.greedy_units(score, heads, sizes, rows.budget)
+  return Selection(units.expand(accepted, head_col, rows.maskable), head_col, False)
+
+
+def _word_starts(rows: Rows, ctx: Context) -> np.ndarray:
+  return units.word_starts(rows.ids, rows.seg, rows.maskable, ctx.stats)
+
+
+def select_whole_word(rows: Rows, ctx: Context) -> Selection:
+  return _whole_units(rows, _word_starts(rows, ctx),
+                      rows.draws.u(uniforms.SELECT, rows.ids.shape[1]))
+
+
+def select_entity(rows: Rows, ctx: Context) -> Selection:
+  covered, linked = entities.entity_spans(
+      rows.ids, rows.seg, rows.maskable, _word_starts(rows, ctx), ctx.stats, ctx.gazetteer,
+      ctx.settings.entity_heuristic)
+  heads = (covered & ~linked) | (rows.maskable & ~covered)
+  # Entities first (scores in [0, 1)), then single tokens outside entities (in [1, 2)).
+  score = rows.draws.u(uniforms.SELECT, rows.ids.shape[1]) + np.where(covered, 0.0, 1.0)
+  return _whole_units(rows, heads, score)
+
+
+def select_span(rows: Rows, ctx: Context) -> Selection:
+  selected, head_col = spans.select(rows.ids, rows.seg, rows.maskable, _word_starts(rows, ctx),
+                                    rows.budget, rows.draws, ctx.span_cdf)
+  return Selection(selected, head_col, True)
+
+
+SELECTORS: dict[str, Callable[[Rows, Context], Selection]] = {
+    "random": select_random,
+    "whole_word": select_whole_word,
+    "span": select_span,
+    "entity": select_entity,
+    "frequency": select_frequency,
+    "adaptive": select_adaptive,
+}
+COMPOSITES = ("mixture", "static")
+STRATEGIES = (*SELECTORS, *COMPOSITES)
+# What static masks can be made by: fixed masks cannot follow a weight table that moves.
+STATIC_BASES = tuple(s for s in SELECTORS if s != "adaptive")

@@ -1,0 +1,112 @@
+"""The run folder: where everything of a run lives, and loading a finished run back.
+
+    WORKDIR/
+      config.json          the resolved config of the run
+      tokenizer.model      the sentencepiece model (trained or copied)
+      tokenizer_stats.npz  per-piece tables (word starts, capitals, corpus counts) for masking
+      checkpoints/N/       orbax: state (params + optimizer + step), data (every shard's grain
+                           position, JSON), host (the train loop's own state and that of its
+                           participants, e.g. adaptive masking's loss table)
+      corrupt_checkpoints/ damaged checkpoints set aside at restore (only if there were any)
+      metrics.jsonl        one JSON object per logged step
+      tensorboard/         event files
+      lock                 who is training in this workdir (workdir_lock.py)
+
+Only this module knows these names; every other module is handed the paths it writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import jax
+import ml_collections
+from flax import nnx
+
+from mlmjax import checkpoint as checkpoint_lib
+from mlmjax import errors
+from mlmjax import sharding
+from mlmjax import steps
+from mlmjax.data import tokenizer as tokenizer_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Workdir:
+  path: str
+
+  def _join(self, name: str) -> str:
+    return os.path.join(self.path, name)
+
+  config = property(lambda self: self._join("config.json"))
+  tokenizer = property(lambda self: self._join("tokenizer.model"))
+  vocab_stats = property(lambda self: self._join("tokenizer_stats.npz"))
+  checkpoints = property(lambda self: os.path.join(os.path.abspath(self.path), "checkpoints"))
+  corrupt_checkpoints = property(
+      lambda self: os.path.join(os.path.abspath(self.path), "corrupt_checkpoints"))
+  metrics = property(lambda self: self._join("metrics.jsonl"))
+  tensorboard = property(lambda self: self._join("tensorboard"))
+  lock = property(lambda self: self._join("lock"))
+
+  def make_writable(self) -> None:
+    """Creates the folder and fails now, with the reason, rather than at the first save."""
+    try:
+      os.makedirs(self.path, exist_ok=True)
+      probe = self._join(f".write_test.{os.getpid()}")
+      with open(probe, "w", encoding="utf-8") as f:
+        f.write("ok")
+      os.remove(probe)
+    except OSError as e:
+      raise errors.UserError(f"cannot write to --workdir={self.path}: {e.strerror}") from None
+
+  def save_config(self, config) -> None:
+    if jax.process_index() == 0:
+      with open(self.config + ".tmp", "w", encoding="utf-8") as f:
+        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+      os.replace(self.config + ".tmp", self.config)  # atomic: never half a config
+
+  def load_config(self) -> ml_collections.ConfigDict:
+    if not os.path.isfile(self.config):
+      raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
+    with open(self.config, encoding="utf-8") as f:
+      return ml_collections.ConfigDict(json.load(f))
+
+
+@dataclasses.dataclass
+class FinishedRun:
+  """A run's config, tokenizer and the state of one checkpoint, on one device."""
+
+  config: ml_collections.ConfigDict
+  tokenizer: tokenizer_lib.Tokenizer
+  step: int
+  state: steps.State  # {"step", "params", "opt_state"}
+  graphdef: nnx.GraphDef
+
+  def model(self):
+    """The NNX model holding the checkpoint's parameters."""
+    return nnx.merge(self.graphdef, self.state["params"])
+
+
+def load_run(path: str, step: int | None = None) -> FinishedRun:
+  """Checkpoint `step` (default: the latest) of the run in `path`, rebuilt from the run's own
+  config.json and tokenizer on the first device, whatever mesh trained it."""
+  run = Workdir(path)
+  config = run.load_config()
+  config.mesh.shape = (1, 1, 1)
+  tok = tokenizer_lib.Tokenizer.load(run.tokenizer)
+  mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
+  setup = steps.make_setup(config, tok.vocab_size, mesh)
+  ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
+                                     config.train.max_checkpoints_to_keep)
+  try:
+    step = ckpt.latest_step() if step is None else step
+    if step is None:
+      raise errors.UserError(f"{path} has no checkpoint yet")
+    if step not in ckpt.all_steps():
+      raise errors.UserError(f"{path} has no checkpoint of step {step} (it has"
+                             f" {', '.join(map(str, ckpt.all_steps()))})")
+    state = ckpt.restore(step, setup.abstract_state).state
+  finally:
+    ckpt.close()
+  return FinishedRun(config, tok, step, state, setup.graphdef)
