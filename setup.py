@@ -17,11 +17,13 @@ setup(
         "flax>=0.12.8,<0.13",
         "grain>=0.2.18,<0.3",
         "jax>=0.10.2,<0.11",
+        "matplotlib>=3.8,<4",  # the training curves (curves.png) every run writes
         "ml-collections>=1.1,<2",
         "numpy>=1.26",
         "optax>=0.2.8,<0.3",
         "orbax-checkpoint>=0.12.8,<0.13",
         "portpicker>=1.6",  # a free port for the single-process JAX runtime (preemption service)
+        "scipy>=1.12",  # GLUE's correlation metrics (fine-tuning); jax needs it anyway
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
         "tensorflow-datasets>=4.9.10,<5",
@@ -31,7 +33,6 @@ setup(
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",
-            "matplotlib>=3.8,<4",
             "nbclient>=0.10,<0.12",
             "nbformat>=5.9,<6",
             # tests/test_launch.py: the shellcheck binary, from PyPI

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import jax
+import ml_collections
 import numpy as np
 
 from mlmjax import optim
@@ -26,6 +27,11 @@ def _one_of(key: str, value, allowed) -> None:
     raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
+def _check_rate(key: str, rate: float) -> None:
+  if not 0.0 < rate < 1.0:
+    raise ConfigError(f"{key}={rate} must be strictly between 0 and 1")
+
+
 def check(config, num_devices: int | None = None, num_processes: int | None = None) -> None:
   """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
@@ -36,6 +42,7 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   _check_phases(config)
   _check_mesh_and_batch(config, num_devices, num_processes)
   _check_train(config.train)
+  _check_rate("eval.mask_rate", config.eval.mask_rate)
 
 
 def _check_model(m) -> None:
@@ -69,8 +76,7 @@ def _check_masking(c) -> None:
   """The masking.* keys; the mixture spec's syntax is checked as it is parsed."""
   names = masking.STRATEGIES
   _one_of("masking.strategy", c.strategy, names)
-  if not 0.0 < c.mask_rate < 1.0:
-    raise ConfigError(f"masking.mask_rate={c.mask_rate} must be strictly between 0 and 1")
+  _check_rate("masking.mask_rate", c.mask_rate)
   if c.mask_token_prob < 0 or c.random_token_prob < 0 or (
       c.mask_token_prob + c.random_token_prob > 1.0):
     raise ConfigError("masking.mask_token_prob and masking.random_token_prob must be >= 0 and"
@@ -194,3 +200,39 @@ def _check_train(t) -> None:
   if t.learning_rate < 0 or t.warmup_steps < 0 or t.max_consecutive_skips < 0:
     raise ConfigError("train.learning_rate, train.warmup_steps and train.max_consecutive_skips"
                       " must be >= 0")
+
+
+def check_mesh(config) -> None:
+  """The mesh and batch rules alone, against this machine's devices (a finished run loaded
+  somewhere other than where it trained)."""
+  _check_mesh_and_batch(config, jax.device_count(), jax.process_count())
+
+
+def check_finetune(config, pretrained, num_devices: int | None = None,
+                   num_processes: int | None = None) -> None:
+  """The rules of a fine-tuning config (mlmjax/finetuning/config.py) on the run `pretrained`
+  (that run's config: model size, mesh rules)."""
+  d, t = config.data, config.train
+  limit = pretrained.model.max_position_embeddings
+  if not 5 <= d.seq_len <= limit:
+    raise ConfigError(f"data.seq_len={d.seq_len} must be between 5 and the pretrained model's"
+                      f" max_position_embeddings={limit}")
+  if d.max_train_examples < 0:
+    raise ConfigError(f"data.max_train_examples={d.max_train_examples} must be >= 0 (0: all)")
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    if not 0.0 <= config.model[key] < 1.0:
+      raise ConfigError(f"model.{key}={config.model[key]} must be in [0, 1)")
+  _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
+  if not t.epochs > 0 or t.learning_rate < 0 or not 0.0 <= t.warmup_fraction < 1.0:
+    raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
+                      " train.warmup_fraction in [0, 1)")
+  if t.log_every_steps < 1 or t.checkpoint_every_steps < 1 or t.max_checkpoints_to_keep < 1:
+    raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
+                      " train.max_checkpoints_to_keep must be >= 1")
+  # The pretraining rule, on the keys fine-tuning has (no accumulation, one shard per process).
+  view = ml_collections.ConfigDict({
+      "mesh": {"shape": config.mesh.shape, "rules": pretrained.mesh.rules},
+      "train": {"batch_size": t.batch_size, "grad_accum_steps": 1},
+      "data": {"num_shards": 0}})
+  _check_mesh_and_batch(view, jax.device_count() if num_devices is None else num_devices,
+                        jax.process_count() if num_processes is None else num_processes)

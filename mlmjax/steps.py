@@ -43,16 +43,21 @@ def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretrai
                                      nsp_head=formats.has_pair_labels(config.data.format))
 
 
-def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
+def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
+               build: Callable[[], nnx.Module] | None = None) -> Setup:
   """Shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded:
-  full parameters are never materialised on one device."""
-  abstract_model = nnx.eval_shape(lambda: _build_model(config, vocab_size, config.seed))
+  full parameters are never materialised on one device. `build` makes the module (default:
+  the pretraining model of `config`); `config.train` gives the optimizer, `config.mesh.rules`
+  the shardings."""
+  if build is None:
+    build = lambda: _build_model(config, vocab_size, config.seed)
+  abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
   tx = optim.make_optimizer(config.train)
 
   def init() -> State:
-    params = nnx.to_pure_dict(nnx.state(_build_model(config, vocab_size, config.seed)))
+    params = nnx.to_pure_dict(nnx.state(build()))
     return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
 
   abstract = jax.eval_shape(init)

@@ -25,6 +25,7 @@ from mlmjax import errors
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
 from mlmjax import phases as phases_lib
+from mlmjax import curves
 from mlmjax import sharding
 from mlmjax import steps
 from mlmjax import workdir as workdir_lib
@@ -244,4 +245,6 @@ class _Trainer:
     if last > self.start:
       logging.info("Trained steps %d..%d in %.1f s; workdir %s", self.start, last,
                    time.perf_counter() - t0, self.workdir.path)
+    if jax.process_index() == 0 and metrics_lib.rows(self.workdir.metrics):
+      curves.save_curves([self.workdir.path], self.workdir.curves)
     return eval_metrics

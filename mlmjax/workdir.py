@@ -10,7 +10,12 @@
       corrupt_checkpoints/ damaged checkpoints set aside at restore (only if there were any)
       metrics.jsonl        one JSON object per logged step
       tensorboard/         event files
+      curves.png           loss, accuracy, learning rate and tokens/s over the steps (plot.py)
       lock                 who is training in this workdir (workdir_lock.py)
+      finetune/TASK/       a fine-tuning run (mlmjax/finetuning/; TASK.random_init/ its
+                           baseline): the same layout (its own config.json, checkpoints,
+                           metrics, curves, lock) plus
+        results.json       its dev-set metrics after the last step
 
 Only this module knows these names; every other module is handed the paths it writes.
 """
@@ -32,6 +37,12 @@ from mlmjax import steps
 from mlmjax.data import tokenizer as tokenizer_lib
 
 
+def _write_atomic(path: str, text: str) -> None:
+  with open(path + ".tmp", "w", encoding="utf-8") as f:
+    f.write(text)
+  os.replace(path + ".tmp", path)  # atomic: never half a file
+
+
 @dataclasses.dataclass(frozen=True)
 class Workdir:
   path: str
@@ -47,7 +58,15 @@ class Workdir:
       lambda self: os.path.join(os.path.abspath(self.path), "corrupt_checkpoints"))
   metrics = property(lambda self: self._join("metrics.jsonl"))
   tensorboard = property(lambda self: self._join("tensorboard"))
+  curves = property(lambda self: self._join("curves.png"))
   lock = property(lambda self: self._join("lock"))
+  results = property(lambda self: self._join("results.json"))
+
+  def finetune(self, task: str, random_init: bool = False) -> "Workdir":
+    """The default folder of a fine-tuning run of this (pretraining) run on `task` (of the
+    same model from random initialisation: its baseline)."""
+    name = task.replace("/", "_") + (".random_init" if random_init else "")
+    return Workdir(os.path.join(self.path, "finetune", name))
 
   def make_writable(self) -> None:
     """Creates the folder and fails now, with the reason, rather than at the first save."""
@@ -62,9 +81,12 @@ class Workdir:
 
   def save_config(self, config) -> None:
     if jax.process_index() == 0:
-      with open(self.config + ".tmp", "w", encoding="utf-8") as f:
-        f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-      os.replace(self.config + ".tmp", self.config)  # atomic: never half a config
+      _write_atomic(self.config, config.to_json_best_effort(indent=2, sort_keys=True))
+
+  def save_json(self, path: str, value) -> None:
+    """`value` as JSON at `path` (one of this folder's files), from process 0."""
+    if jax.process_index() == 0:
+      _write_atomic(path, json.dumps(value, indent=2) + "\n")
 
   def load_config(self) -> ml_collections.ConfigDict:
     if not os.path.isfile(self.config):
@@ -81,21 +103,28 @@ class FinishedRun:
   tokenizer: tokenizer_lib.Tokenizer
   step: int
   state: steps.State  # {"step", "params", "opt_state"}
-  graphdef: nnx.GraphDef
+  setup: steps.Setup  # the mesh, shardings and graph it was restored onto
+
+  @property
+  def graphdef(self) -> nnx.GraphDef:
+    return self.setup.graphdef
 
   def model(self):
     """The NNX model holding the checkpoint's parameters."""
     return nnx.merge(self.graphdef, self.state["params"])
 
 
-def load_run(path: str, step: int | None = None) -> FinishedRun:
+def load_run(path: str, step: int | None = None,
+             mesh: jax.sharding.Mesh | None = None) -> FinishedRun:
   """Checkpoint `step` (default: the latest) of the run in `path`, rebuilt from the run's own
-  config.json and tokenizer on the first device, whatever mesh trained it."""
+  config.json and tokenizer, whatever mesh trained it: on `mesh` (sharded by the run's
+  mesh.rules), by default on the first device."""
   run = Workdir(path)
   config = run.load_config()
-  config.mesh.shape = (1, 1, 1)
   tok = tokenizer_lib.Tokenizer.load(run.tokenizer)
-  mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
+  if mesh is None:
+    config.mesh.shape = (1, 1, 1)
+    mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
   setup = steps.make_setup(config, tok.vocab_size, mesh)
   ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                      config.train.max_checkpoints_to_keep)
@@ -109,4 +138,4 @@ def load_run(path: str, step: int | None = None) -> FinishedRun:
     state = ckpt.restore(step, setup.abstract_state).state
   finally:
     ckpt.close()
-  return FinishedRun(config, tok, step, state, setup.graphdef)
+  return FinishedRun(config, tok, step, state, setup)

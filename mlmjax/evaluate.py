@@ -1,0 +1,95 @@
+"""Held-out MLM metrics of a run's checkpoint, printed as one JSON object.
+
+  python -m mlmjax.evaluate --workdir=runs/tiny [--source=more_text.txt] [--step=N]
+
+Without --source it scores the run's own held-out split, exactly as training's evaluations do
+(the same fixed batches and masks); with --source, every document of that text (the syntax of
+config.data.source). Masking is at `eval.mask_rate` (15% unless the run set it; --mask_rate
+overrides), whatever rate the run trained at, so runs compare. Prints loss, accuracy,
+perplexity, accuracy on [MASK] inputs, the constant-prediction baseline and, for pair formats,
+the NSP/SOP loss and accuracy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import ml_collections
+
+from mlmjax import config_check
+from mlmjax import errors
+from mlmjax import metrics as metrics_lib
+from mlmjax import phases as phases_lib
+from mlmjax import sharding
+from mlmjax import steps
+from mlmjax import train
+from mlmjax import workdir as workdir_lib
+from mlmjax.data import input as input_lib
+
+# What runs saved before config.eval existed are scored at (configs/base.py).
+DEFAULT_MASK_RATE = 0.15
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
+_SOURCE = flags.DEFINE_string(
+    "source", "", "Text to score instead of the run's held-out split: every document of it"
+    " (builtin, .txt/.jsonl files or globs, tfds:NAME[:SPLIT[:FEATURE]]).")
+_STEP = flags.DEFINE_integer("step", None, "The checkpoint to score (default: the latest).")
+_MASK_RATE = flags.DEFINE_float("mask_rate", None,
+                                "Mask rate (default: the run's eval.mask_rate, else 0.15).")
+_BATCHES = flags.DEFINE_integer("batches", None,
+                                "Batches to score (default: the run's train.eval_batches).")
+
+
+def _mesh(config):
+  """The run's mesh shape on this machine's devices if it fits, else one device."""
+  try:
+    config_check.check_mesh(config)
+    return sharding.make_mesh(config.mesh)
+  except errors.ConfigError as e:
+    logging.info("%s: evaluating on one device", e)
+    return None
+
+
+def evaluate(path: str, source: str = "", step: int | None = None,
+             mask_rate: float | None = None, batches: int | None = None) -> dict:
+  """The metrics of checkpoint `step` (default: the latest) of the run in `path`."""
+  run_dir = workdir_lib.Workdir(path)
+  run = workdir_lib.load_run(path, step, _mesh(run_dir.load_config()))
+  config = run.config
+  if "eval" not in config:
+    config.eval = ml_collections.ConfigDict({"mask_rate": DEFAULT_MASK_RATE})
+  if mask_rate is not None:
+    config.eval.mask_rate = mask_rate
+  if batches is not None:
+    config.train.eval_batches = batches
+  config_check.check(config, run.setup.mesh.size)  # the overrides' rules, one-line errors
+  run_input = input_lib.held_out_input(config, run_dir.tokenizer, run_dir.vocab_stats, source)
+  # The shapes of the run's last phase: what its final evaluation used.
+  phase_config = phases_lib.phase_config(config, phases_lib.plan(config)[-1])
+  out = train.evaluate(steps.make_eval_step(run.setup), run.state["params"], run_input,
+                       phase_config, run.setup.mesh)
+  return {"workdir": path, "step": run.step, "source": source or config.data.source,
+          "documents": len(run_input.eval_source), "mask_rate": config.eval.mask_rate,
+          "batches": config.train.eval_batches,
+          **{k.removeprefix("eval/"): v for k, v in out.items()}}
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  metrics_lib.quiet_library_logs()
+  try:
+    print(json.dumps(evaluate(_WORKDIR.value, _SOURCE.value, _STEP.value, _MASK_RATE.value,
+                              _BATCHES.value), indent=2))
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir"])
+  app.run(main)

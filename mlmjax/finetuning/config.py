@@ -1,0 +1,59 @@
+"""Fine-tuning configuration: every key `python -m mlmjax.finetune` reads, with its default.
+
+Override any key on the command line, e.g. `--config.train.learning_rate=1e-4`. The model's
+shape, tokenizer, position embeddings and parameter-sharding rules are the pretrained run's
+(its config.json); the rules for these values are in mlmjax/config_check.py (check_finetune).
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+
+  # Seed of the fine-tuning run: example order, the new head's initialisation, dropout (and,
+  # with --init=random, the encoder's initialisation).
+  config.seed = 0
+
+  config.data = ml_collections.ConfigDict()
+  # Tokens per example, [CLS]/[SEP] included; longer examples are truncated (a pair loses
+  # tokens from its longer text first). At most the pretrained model.max_position_embeddings.
+  config.data.seq_len = 128
+  # Train on at most this many examples, drawn with the seed (0: all): learning curves, and
+  # quick runs on large tasks.
+  config.data.max_train_examples = 0
+
+  config.model = ml_collections.ConfigDict()
+  # Dropout in the encoder and before the classifier (BERT fine-tunes with 0.1 everywhere),
+  # and on attention probabilities.
+  config.model.dropout_rate = 0.1
+  config.model.attention_dropout_rate = 0.1
+
+  config.train = ml_collections.ConfigDict()
+  # Passes over the training set (BERT: 2-4); the steps are epochs x examples / batch_size.
+  config.train.epochs = 3.0
+  # Global batch size in examples; divisible by the data-parallel size of the mesh.
+  config.train.batch_size = 32
+  # 'adamw' or 'lamb', peak learning rate after a linear warmup over warmup_fraction of the
+  # steps, then linear decay to 0 (BERT-base: 2e-5 to 5e-5; small models take more).
+  config.train.optimizer = "adamw"
+  config.train.learning_rate = 1e-4
+  config.train.warmup_fraction = 0.1
+  config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
+  config.train.adam_b1 = 0.9
+  config.train.adam_b2 = 0.999
+  config.train.adam_eps = 1e-6
+  # Gradients are clipped to this global norm.
+  config.train.grad_clip_norm = 1.0
+  # Progress line + metrics.jsonl every this many steps; the dev set is scored after every
+  # epoch and at the end.
+  config.train.log_every_steps = 50
+  # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
+  config.train.checkpoint_every_steps = 1000
+  config.train.max_checkpoints_to_keep = 1
+
+  config.mesh = ml_collections.ConfigDict()
+  # Device mesh shape over ('data', 'fsdp', 'tensor'), as for pretraining (-1: the remaining
+  # devices); the parameters are sharded by the pretrained run's mesh.rules.
+  config.mesh.shape = (-1, 1, 1)
+  return config

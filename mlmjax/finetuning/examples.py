@@ -1,0 +1,171 @@
+"""Labelled examples of a fine-tuning task: read from tfds, CSV/TSV or JSONL, and encoded.
+
+An example is one text (single-sentence tasks) or two (sentence-pair tasks) and a label: a class
+id, or a number for regression. Encoded, it is one fixed-length row as BERT fine-tunes on:
+
+    [CLS] text_a [SEP]                  token type 0
+    [CLS] text_a [SEP] text_b [SEP]     token type 0 up to the first [SEP], 1 after it
+
+padded to `seq_len` (segment id 0 on padding, so attention ignores it); a pair too long loses
+tokens from the end of its longer text first (BERT's `_truncate_seq_pair`). Fine-tuning sets
+are small (GLUE's largest, MNLI, has 393k examples): they are read and encoded once, in memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+
+from absl import logging
+import numpy as np
+
+from mlmjax.data import sources
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.errors import DataError
+
+
+@dataclasses.dataclass
+class Examples:
+  texts: list[tuple[str, ...]]  # per example, its one or two texts
+  labels: np.ndarray  # [N] int32 class ids, or float32 targets for regression
+
+  def __len__(self) -> int:
+    return len(self.texts)
+
+  def take(self, indices) -> "Examples":
+    return Examples([self.texts[i] for i in indices], self.labels[np.asarray(indices, np.int64)])
+
+
+# ---- reading -----------------------------------------------------------------------------------
+def _text(value) -> str:
+  return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def from_records(records, text_fields, label_field: str, context: str) -> tuple[list, list]:
+  """(texts, raw labels) of dict-like records; a missing field is a DataError naming it."""
+  texts, labels = [], []
+  for i, record in enumerate(records):
+    missing = [f for f in (*text_fields, label_field) if f not in record]
+    if missing:
+      raise DataError(f"{context}: record {i + 1} has no field {missing[0]!r} (it has"
+                      f" {', '.join(map(str, record))}); name the fields with --text_fields and"
+                      " --label_field")
+    texts.append(tuple(_text(record[f]).strip() for f in text_fields))
+    labels.append(record[label_field])
+  if not texts:
+    raise DataError(f"{context}: no examples")
+  return texts, labels
+
+
+def read_file(path: str, text_fields, label_field: str) -> tuple[list, list]:
+  """A .csv / .tsv file with a header row, or a .jsonl file of objects."""
+  if not os.path.isfile(path):
+    raise DataError(f"{path}: no such file")
+  try:
+    with open(path, encoding="utf-8", newline="") as f:
+      if path.endswith(".jsonl"):
+        records = []
+        for n, line in enumerate(f, 1):
+          if line.strip():
+            try:
+              records.append(json.loads(line))
+            except ValueError:
+              raise DataError(f"{path}:{n}: not a JSON object") from None
+      elif path.endswith((".csv", ".tsv")):
+        # GLUE's .tsv files hold unescaped quotes: tabs alone separate their fields.
+        tsv = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if path.endswith(".tsv") else {}
+        records = list(csv.DictReader(f, **tsv))
+      else:
+        raise DataError(f"{path}: expected a .csv, .tsv or .jsonl file")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  return from_records(records, text_fields, label_field, path)
+
+
+def read_tfds(name: str, split: str, text_fields, label_field: str) -> tuple[list, list, list]:
+  """(texts, labels, label names) of a prepared tfds dataset's split (e.g. glue/mrpc)."""
+  data_source, info = sources.tfds_split(name, split, f"--task={name}")
+  feature = info.features[label_field]
+  names = list(getattr(feature, "names", None) or [])
+  texts, labels = from_records((data_source[i] for i in range(len(data_source))), text_fields,
+                               label_field, f"{name}:{split}")
+  return texts, labels, names
+
+
+def class_labels(train_raw, dev_raw, names: list[str], context: str
+                 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+  """Class ids of both splits: integers 0..K-1 as they are, anything else (strings) numbered
+  in sorted order of the training split's values. Returns (train, dev, label names)."""
+  def as_int(v):
+    try:
+      return int(v) if float(v) == int(float(v)) and int(float(v)) >= 0 else None
+    except (TypeError, ValueError):
+      return None
+  ints = [as_int(v) for v in train_raw + dev_raw]
+  if all(i is not None for i in ints):
+    ids = np.asarray(ints, np.int32)
+    k = max(len(names), int(ids.max()) + 1)
+    names = names or [str(i) for i in range(k)]
+  else:
+    names = sorted({str(v) for v in train_raw})
+    index = {n: i for i, n in enumerate(names)}
+    unknown = sorted({str(v) for v in dev_raw} - set(index))
+    if unknown:
+      raise DataError(f"{context}: dev label {unknown[0]!r} never occurs in the training set"
+                      f" (its labels: {', '.join(names[:10])})")
+    ids = np.asarray([index[str(v)] for v in train_raw + dev_raw], np.int32)
+  if len(names) < 2:
+    raise DataError(f"{context}: a classification task needs at least 2 labels; the training"
+                    f" set has only {names}")
+  return ids[:len(train_raw)], ids[len(train_raw):], names
+
+
+def regression_labels(raw, context: str) -> np.ndarray:
+  values = []
+  for v in raw:
+    try:
+      values.append(float(v))
+    except (TypeError, ValueError):
+      raise DataError(f"{context}: label {v!r} is not a number (a regression task)") from None
+  if not np.all(np.isfinite(values)):
+    raise DataError(f"{context}: a label is NaN or infinite")
+  return np.asarray(values, np.float32)
+
+
+# ---- encoding ----------------------------------------------------------------------------------
+def _truncate(lengths: list[int], budget: int) -> list[int]:
+  """Token counts to keep of each text: while too long, drop one from the longest (BERT)."""
+  lengths = list(lengths)
+  while sum(lengths) > budget:
+    longest = int(np.argmax(lengths))
+    lengths[longest] -= 1
+  return lengths
+
+
+def encode(examples: Examples, tok: tokenizer_lib.Tokenizer, seq_len: int,
+           what: str) -> dict[str, np.ndarray]:
+  """Model inputs [N, seq_len] and `labels`, `weights` [N] (1: a real example)."""
+  n, num_texts = len(examples), len(examples.texts[0])
+  per_text = [tok.encode([t[j] for t in examples.texts]) for j in range(num_texts)]
+  input_ids = np.zeros((n, seq_len), np.int32)
+  types = np.zeros((n, seq_len), np.int32)
+  lengths = np.zeros(n, np.int32)
+  truncated = 0
+  for i in range(n):
+    pieces = [ids[i] for ids in per_text]
+    keep = _truncate([len(p) for p in pieces], seq_len - 1 - num_texts)
+    truncated += keep != [len(p) for p in pieces]
+    row, row_types = [tokenizer_lib.CLS_ID], [0]
+    for j, (p, k) in enumerate(zip(pieces, keep)):
+      row += list(p[:k]) + [tokenizer_lib.SEP_ID]
+      row_types += [j] * (k + 1)
+    input_ids[i, :len(row)], types[i, :len(row)], lengths[i] = row, row_types, len(row)
+  if truncated:
+    logging.info("%s: %d of %d examples truncated to %d tokens", what, truncated, n, seq_len)
+  positions = np.arange(seq_len, dtype=np.int32)
+  return {"input_ids": input_ids, "token_type_ids": types,
+          "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
+          "positions": np.broadcast_to(positions, (n, seq_len)).copy(),
+          "labels": examples.labels, "weights": np.ones(n, np.float32)}

@@ -1,0 +1,272 @@
+"""finetune(...): one fine-tuning run, top to bottom.
+
+    pretrained run (config, tokenizer, checkpoint) + task examples -> encoded rows -> mesh +
+    sharded classifier state (encoder from the checkpoint, or random) -> restore? -> loop:
+    train step, [dev scores after every epoch], [checkpoint] -> results.json, curves.png
+
+It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
+(sharding.py), the sharded state and optimizer (steps.make_setup, optim.py), orbax checkpoints
+(checkpoint.py), the workdir lock and the metric writers, in its own output folder (a Workdir).
+The batch of step i is a pure function of (seed, i): a grain MapDataset of example indices,
+shuffled anew every epoch. So a checkpoint's data position is the number of batches consumed,
+and a run stopped anywhere (preemption included) resumes exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from absl import logging
+import grain
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from mlmjax import checkpoint as checkpoint_lib
+from mlmjax import config_check
+from mlmjax import errors
+from mlmjax import metrics as metrics_lib
+from mlmjax import curves
+from mlmjax import sharding
+from mlmjax import steps
+from mlmjax import workdir as workdir_lib
+from mlmjax import workdir_lock
+from mlmjax.data import formats
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.finetuning import classifier
+from mlmjax.finetuning import examples as examples_lib
+from mlmjax.finetuning import glue_metrics
+from mlmjax.finetuning import steps as finetune_steps
+from mlmjax.finetuning import tasks
+
+
+def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
+             random_init: bool = False, pretrained_step: int | None = None) -> dict:
+  """Fine-tunes the encoder of the run in `pretrained` (checkpoint `pretrained_step`, default
+  the latest; `random_init`: the same model from random initialisation instead) on `data`, in
+  `output` (resuming a run there); returns the results also written to output/results.json."""
+  pre = workdir_lib.Workdir(pretrained)
+  pre_config = pre.load_config()
+  config_check.check_finetune(config, pre_config)  # before anything is written
+  out = workdir_lib.Workdir(output)
+  out.make_writable()
+  with workdir_lock.WorkdirLock(out.lock, output):
+    return _FineTuner(config, pre, pre_config, data, out, random_init, pretrained_step).run()
+
+
+class _BatchPosition:
+  """The data position a checkpoint stores: batches consumed (batch i is fixed by the seed)."""
+
+  def __init__(self, batches: int = 0):
+    self.batches = batches
+
+  def global_state(self) -> dict:
+    return {"batches": self.batches}
+
+  def set_state(self, state: dict) -> None:
+    self.batches = int(state["batches"])
+
+
+class _FineTuner:
+
+  def __init__(self, config, pre: workdir_lib.Workdir, pre_config, data: tasks.TaskData,
+               out: workdir_lib.Workdir, random_init: bool, pretrained_step: int | None):
+    self.config, self.pre, self.data, self.out = config, pre, data, out
+    self.run_record = {"task": data.task.name, "init": "random" if random_init else "pretrained",
+                       "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
+    self._check_same_run()
+    tok = tokenizer_lib.Tokenizer.load(pre.tokenizer)
+    train = data.train
+    limit = config.data.max_train_examples
+    if limit and len(train) > limit:
+      rng = np.random.default_rng(config.seed)
+      train = train.take(np.sort(rng.choice(len(train), limit, replace=False)))
+    self.num_train = len(train)
+    self.train_rows = examples_lib.encode(train, tok, config.data.seq_len, "train")
+    self.dev_rows = examples_lib.encode(data.dev, tok, config.data.seq_len, "dev")
+    batch_size = config.train.batch_size
+    self.total = max(1, math.ceil(config.train.epochs * self.num_train / batch_size))
+    # Example indices, a new order every epoch; batches run on across epoch ends.
+    self.batches = grain.MapDataset.range(self.num_train).shuffle(seed=config.seed).repeat(
+        None).batch(batch_size, drop_remainder=True)
+
+    self.mesh = sharding.make_mesh(config.mesh)
+    model_config = ml_collections.ConfigDict(pre_config.model.to_dict())
+    model_config.update(dropout_rate=config.model.dropout_rate,
+                        attention_dropout_rate=config.model.attention_dropout_rate)
+    pair_heads = formats.has_pair_labels(pre_config.data.format)
+    self.step_config = ml_collections.ConfigDict({
+        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules},
+        "train": {**config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
+                  "warmup_steps": round(config.train.warmup_fraction * self.total)}})
+    self.setup = steps.make_setup(
+        self.step_config, tok.vocab_size, self.mesh,
+        lambda: classifier.SequenceClassifier(model_config, tok.vocab_size, data.num_outputs,
+                                              nnx.Rngs(params=config.seed), pair_heads))
+    self.train_step = finetune_steps.make_train_step(self.setup, self.step_config,
+                                                     data.task.regression)
+    self.eval_step = finetune_steps.make_eval_step(self.setup)
+    self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
+                                            config.train.max_checkpoints_to_keep)
+    logging.info("Fine-tuning on %s: %d training / %d dev examples, %d steps (%g epochs of"
+                 " batch %d); mesh %s", data.task.name, self.num_train, len(data.dev),
+                 self.total, config.train.epochs, batch_size, dict(self.mesh.shape))
+
+  def _check_same_run(self) -> None:
+    """An output folder holds one fine-tuning run: another task, init or pretrained run there
+    would silently resume the wrong checkpoint."""
+    try:
+      saved = self.out.load_config()
+    except errors.UserError:
+      return  # a new run
+    if "run" not in saved:
+      raise errors.UserError(f"{self.out.path} holds a pretraining run: give another"
+                             " --output_dir")
+    saved = saved.run.to_dict()
+    mine = {k: v for k, v in self.run_record.items() if k != "pretrained_step"}
+    if any(saved.get(k) != v for k, v in mine.items()):
+      raise errors.UserError(
+          f"{self.out.path} holds a fine-tuning run of {saved.get('task')} ({saved.get('init')}"
+          f" init from {saved.get('pretrained_workdir')}): give another --output_dir")
+    self.run_record["pretrained_step"] = saved.get("pretrained_step")
+
+  # ---- state ---------------------------------------------------------------------------------
+  def _initial_state(self) -> tuple[int, steps.State]:
+    restored = self.ckpt.restore_latest(self.setup.abstract_state, lambda _: _BatchPosition())
+    if restored is not None:
+      logging.info("Resumed fine-tuning from checkpoint at step %d in %s", restored.step,
+                   self.ckpt.directory)
+      return restored.step, restored.state
+    state = self.setup.init_fn()
+    if self.run_record["init"] == "random":
+      logging.info("Encoder initialised at random (seed %d), as a baseline", self.config.seed)
+      return 0, state
+    run = workdir_lib.load_run(self.pre.path, self.run_record["pretrained_step"], self.mesh)
+    state["params"]["encoder"] = jax.device_put(
+        run.state["params"], self.setup.state_shardings["params"]["encoder"])
+    self.run_record["pretrained_step"] = run.step
+    logging.info("Encoder from checkpoint step %d of %s", run.step, self.pre.path)
+    return 0, state
+
+  # ---- data ----------------------------------------------------------------------------------
+  @staticmethod
+  def _local(rows: dict[str, np.ndarray], indices: np.ndarray) -> dict[str, np.ndarray]:
+    """This process's share of a global batch (its contiguous block of rows)."""
+    per_process = len(indices) // jax.process_count()
+    mine = indices[jax.process_index() * per_process:(jax.process_index() + 1) * per_process]
+    return {k: v[mine] for k, v in rows.items()}
+
+  def _epoch(self, step: int) -> float:
+    return step * self.config.train.batch_size / self.num_train
+
+  def _epoch_ends(self, step: int) -> bool:
+    return int(self._epoch(step)) > int(self._epoch(step - 1)) or step == self.total
+
+  # ---- dev set -------------------------------------------------------------------------------
+  def _evaluate(self, params) -> dict[str, float]:
+    """Loss and the task's metrics over the whole dev set."""
+    n, batch_size = len(self.data.dev), self.config.train.batch_size
+    outputs = []
+    for first in range(0, n, batch_size):
+      indices = np.arange(first, first + batch_size)
+      rows = self._local(self.dev_rows, np.minimum(indices, n - 1))
+      outputs.append(np.asarray(jax.device_get(
+          self.eval_step(params, sharding.to_device(rows, self.mesh)))))
+    outputs_nk = np.concatenate(outputs)[:n]  # the padding rows (repeats of the last) dropped
+    labels = self.dev_rows["labels"]
+    if self.data.task.regression:
+      loss = float(np.mean(np.square(outputs_nk[:, 0] - labels)))
+    else:
+      shifted = outputs_nk - outputs_nk.max(1, keepdims=True)
+      log_probs = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+      loss = float(-np.mean(log_probs[np.arange(n), labels]))
+    return {"loss": loss, **glue_metrics.compute(self.data.task.metrics, outputs_nk, labels)}
+
+  # ---- the loop ------------------------------------------------------------------------------
+  def run(self) -> dict:
+    t = self.config.train
+    start, state = self._initial_state()
+    saved_config = ml_collections.ConfigDict(self.config.to_dict())
+    saved_config.run = self.run_record
+    self.out.save_config(saved_config)
+    writer = metrics_lib.MetricWriter(self.out.metrics, self.out.tensorboard, resume_step=start)
+    throughput = metrics_lib.Throughput(t.batch_size * self.config.data.seq_len, self.total)
+    interval: dict[str, float] = {}
+    dev = None
+    t0 = time.perf_counter()
+
+    def finish(step: int, device_metrics) -> None:
+      m = jax.device_get(device_metrics)  # note: a host-device sync point
+      if m["nonfinite"]:
+        logging.warning("step %d: non-finite loss or gradients; update skipped", step)
+        return
+      for k in ("loss_sum", "correct", "count"):
+        interval[k] = interval.get(k, 0.0) + float(m.get(k, 0.0))
+      if step % t.log_every_steps == 0 or step == self.total:
+        row = {"loss": interval["loss_sum"] / interval["count"],
+               "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step)}
+        if not self.data.task.regression:
+          row["accuracy"] = interval["correct"] / interval["count"]
+        row.update(throughput.update(step))
+        interval.clear()
+        logging.info(" | ".join([f"step {step}/{self.total}", f"loss {row['loss']:.4f}"] + (
+            [f"acc {row['accuracy']:.4f}"] if "accuracy" in row else []) + [
+                f"lr {row['learning_rate']:.2e}"] + ([f"{row['tokens_per_sec']:,.0f} tok/s"]
+                                                     if "tokens_per_sec" in row else [])))
+        writer.write(step, row)
+
+    pending = None  # (step, metrics) of the step in flight: at most two (see train.py)
+    try:
+      for step in range(start, self.total):
+        indices = np.asarray(self.batches[step])
+        batch = sharding.to_device(self._local(self.train_rows, indices), self.mesh)
+        state, step_metrics = self.train_step(state, batch)
+        if pending is not None:
+          finish(*pending)
+        pending = (step + 1, step_metrics)
+        done = step + 1
+        preempted = self.ckpt.reached_preemption(done)
+        save = done % t.checkpoint_every_steps == 0 or done == self.total or preempted
+        evaluate_now = self._epoch_ends(done) and not preempted
+        if save or evaluate_now:
+          finish(*pending)
+          pending = None
+        if evaluate_now:
+          dev = self._evaluate(state["params"])
+          logging.info("dev after epoch %.2f (step %d): %s", self._epoch(done), done,
+                       ", ".join(f"{k} {v:.4f}" for k, v in dev.items()))
+          writer.write(done, {f"eval/{k}": v for k, v in dev.items()})
+          throughput.update(done)  # keep dev time out of the next tokens/s
+        if save:
+          self.ckpt.save(done, state, _BatchPosition(done), host={})
+        if preempted:
+          logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
+                          " the same command again to continue from there", done)
+          return {"preempted_at_step": done}
+      if pending is not None:
+        finish(*pending)
+    finally:
+      self.ckpt.close()
+      writer.close()
+    if dev is None:  # the run had already finished: score its last checkpoint
+      dev = self._evaluate(state["params"])
+    logging.info("Fine-tuned steps %d..%d in %.1f s; output %s", start, self.total,
+                 time.perf_counter() - t0, self.out.path)
+    return self._results(dev)
+
+  def _results(self, dev: dict[str, float]) -> dict:
+    history = [{"step": r["step"], **{k[5:]: v for k, v in r.items() if k.startswith("eval/")}}
+               for r in metrics_lib.rows(self.out.metrics) if any(k.startswith("eval/") for k in r)]
+    results = {
+        **self.run_record, "output_dir": self.out.path, "train_examples": self.num_train,
+        "dev_examples": len(self.data.dev), "label_names": self.data.label_names,
+        "epochs": self.config.train.epochs, "steps": self.total,
+        "seq_len": self.config.data.seq_len, "headline_metric": self.data.task.metrics[0],
+        "dev": dev, "dev_majority_class_accuracy": tasks.majority_accuracy(self.data),
+        "dev_history": history}
+    if jax.process_index() == 0:
+      self.out.save_json(self.out.results, results)
+      curves.save_curves([self.out.path], self.out.curves)
+    return results

@@ -1,0 +1,42 @@
+"""Draws the training curves of one or more runs, overlaid, into a PNG (curves.py).
+
+  python -m mlmjax.plot --workdir=runs/a [runs/b ...] [--out=curves.png]
+
+Panels: train and held-out loss, accuracy (and a fine-tuning run's dev metrics), learning rate,
+tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs' to
+./curves.png; the path written is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from absl import app
+from absl import flags
+
+from mlmjax import curves
+from mlmjax import errors
+from mlmjax import workdir as workdir_lib
+
+_WORKDIR = flags.DEFINE_multi_string(
+    "workdir", None, "A run's workdir (pretraining or fine-tuning); more runs may follow as"
+    " arguments (--workdir=a b c) or as repeated flags.")
+_OUT = flags.DEFINE_string("out", None, "The PNG to write (default: WORKDIR/curves.png for one"
+                           " run, curves.png here for several).")
+
+
+def main(argv):
+  workdirs = list(_WORKDIR.value or []) + argv[1:]
+  if not workdirs:
+    raise app.UsageError("give at least one --workdir")
+  out = _OUT.value or (workdir_lib.Workdir(workdirs[0]).curves if len(workdirs) == 1
+                       else "curves.png")
+  try:
+    print(curves.save_curves(workdirs, out))
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)
