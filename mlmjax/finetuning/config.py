@@ -28,6 +28,9 @@ def get_config() -> ml_collections.ConfigDict:
   # and on attention probabilities.
   config.model.dropout_rate = 0.1
   config.model.attention_dropout_rate = 0.1
+  # What the classifier reads: 'cls' (BERT: the [CLS] token's final state) or 'mean' (the
+  # average over the example's tokens).
+  config.model.pooling = "cls"
 
   config.train = ml_collections.ConfigDict()
   # Passes over the training set (BERT: 2-4); the steps are epochs x examples / batch_size.

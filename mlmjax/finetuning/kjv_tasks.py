@@ -5,6 +5,10 @@ see what pretraining bought without downloading anything.
                   New Testament verse of the split and as many Old Testament ones, drawn).
   kjv_next_verse  two verses -> 1 if B is the verse right after A in the same chapter, 0 if B
                   is a verse drawn from another chapter of the same split; half each.
+  kjv_corrupted   one verse -> 0 as written, 1 with 15% of its words (at least one) replaced
+                  by words drawn from the split's text (so by their frequency; punctuation and
+                  capitalisation kept); half each. Telling them apart takes knowing what fits a context:
+                  exactly what masked-language-model pretraining learns.
 
 The split is by chapter: dev takes the chapters that pretraining on the built-in corpus holds
 out with the default `data.eval_every_nth_document` (every 50th, by the same rule, in
@@ -15,6 +19,8 @@ seed, never the fine-tuning seed: every run, pretrained or not, sees the same ex
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -74,3 +80,43 @@ def next_verse() -> tuple[Examples, Examples, list[str]]:
     return Examples(texts, np.asarray(labels, np.int32))
   train, dev, dev_texts = _chapter_splits()
   return pairs(train, dev_texts), pairs(dev, ()), ["not next", "next"]
+
+
+_WORD = re.compile(r"^(\W*)(\w+)(\W*)$")  # punctuation around a word stays in place
+_CORRUPT_RATE = 0.15
+
+
+def word_pools(texts) -> dict[bool, list[str]]:
+  """The words of `texts` (punctuation stripped), capitalised and lower-case apart, each as
+  often as it occurs: drawing from a pool draws by frequency."""
+  pools = {True: [], False: []}
+  for m in (m for text in texts for m in map(_WORD.match, text.split()) if m):
+    pools[m[2][0].isupper()].append(m[2])
+  return pools
+
+
+def corrupt(text: str, pools: dict[bool, list[str]], rng: np.random.Generator) -> str:
+  """`text` with 15% of its words (at least one) replaced by words drawn from `pools`, each
+  keeping its punctuation and case (a lower-case word starting a verse would give it away)."""
+  words = text.split()
+  replaceable = [i for i, w in enumerate(words) if _WORD.match(w)]
+  k = min(len(replaceable), max(1, round(_CORRUPT_RATE * len(replaceable))))
+  for i in rng.choice(replaceable, k, replace=False):
+    before, word, after = _WORD.match(words[i]).groups()
+    pool = pools[word[0].isupper()]
+    words[i] = before + pool[int(rng.integers(len(pool)))] + after
+  return " ".join(words)
+
+
+def corrupted() -> tuple[Examples, Examples, list[str]]:
+  rng = np.random.default_rng(_SEED)
+
+  def examples(chapters, exclude):
+    verses = [v["text"] for chapter in chapters for v in chapter if v["text"] not in exclude]
+    pools = word_pools(verses)
+    labels = (rng.random(len(verses)) < 0.5).astype(np.int32)
+    texts = [(corrupt(text, pools, rng) if label else text,)
+             for text, label in zip(verses, labels)]
+    return Examples(texts, labels)
+  train, dev, dev_texts = _chapter_splits()
+  return examples(train, dev_texts), examples(dev, ()), ["as written", "corrupted"]

@@ -43,6 +43,7 @@ TASKS = {t.name: t for t in (
     Task("kjv_testament", ("verse",), glue_metrics.CLASSIFICATION, builtin=kjv_tasks.testament),
     Task("kjv_next_verse", ("verse_a", "verse_b"), _PAIR_CLASSIFICATION,
          builtin=kjv_tasks.next_verse),
+    Task("kjv_corrupted", ("verse",), glue_metrics.CLASSIFICATION, builtin=kjv_tasks.corrupted),
     Task("glue/cola", ("sentence",), ("matthews_corr", "accuracy")),
     Task("glue/sst2", ("sentence",), ("accuracy",)),
     Task("glue/mrpc", ("sentence1", "sentence2"), ("f1", "accuracy")),

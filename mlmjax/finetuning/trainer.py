@@ -104,7 +104,8 @@ class _FineTuner:
     self.setup = steps.make_setup(
         self.step_config, tok.vocab_size, self.mesh,
         lambda: classifier.SequenceClassifier(model_config, tok.vocab_size, data.num_outputs,
-                                              nnx.Rngs(params=config.seed), pair_heads))
+                                              nnx.Rngs(params=config.seed), pair_heads,
+                                              config.model.pooling))
     self.train_step = finetune_steps.make_train_step(self.setup, self.step_config,
                                                      data.task.regression)
     self.eval_step = finetune_steps.make_eval_step(self.setup)
