@@ -4,6 +4,9 @@ The command-line tools print these as one actionable line and exit non-zero, wit
 traceback; anything else is a bug and keeps its traceback.
 """
 
+import contextlib
+import sys
+
 
 class UserError(ValueError):
   pass
@@ -16,3 +19,16 @@ class ConfigError(UserError):
 
 class DataError(UserError):
   """Bad or missing input data, with a message a user can act on."""
+
+
+@contextlib.contextmanager
+def reported_in_one_line(verbose: bool = False):
+  """For the commands: a UserError inside becomes `error: ...` on stderr and exit status 1
+  (with `verbose`, the traceback instead)."""
+  try:
+    yield
+  except UserError as e:
+    if verbose:
+      raise
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)

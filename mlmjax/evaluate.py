@@ -13,7 +13,6 @@ the NSP/SOP loss and accuracy.
 from __future__ import annotations
 
 import json
-import sys
 
 from absl import app
 from absl import flags
@@ -82,12 +81,9 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics_lib.quiet_library_logs()
-  try:
+  with errors.reported_in_one_line():
     print(json.dumps(evaluate(_WORKDIR.value, _SOURCE.value, _STEP.value, _MASK_RATE.value,
                               _BATCHES.value), indent=2))
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

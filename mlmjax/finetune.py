@@ -14,7 +14,6 @@ mlmjax/finetuning/tasks.py; config keys: mlmjax/finetuning/config.py.
 from __future__ import annotations
 
 import json
-import sys
 
 from absl import app
 from absl import flags
@@ -59,18 +58,13 @@ def main(argv):
   if jax.process_index() > 0:
     logging.set_verbosity(logging.WARNING)
   random_init = _INIT.value == "random"
-  try:
+  with errors.reported_in_one_line(_VERBOSE.value):
     data = tasks.load(_TASK.value, _TRAIN_FILE.value, _DEV_FILE.value, _TEXT_FIELDS.value,
                       _LABEL_FIELD.value, _REGRESSION.value)
     output = _OUTPUT_DIR.value or workdir_lib.Workdir(_WORKDIR.value).finetune(
         _TASK.value, random_init).path
     results = trainer.finetune(_CONFIG.value, _WORKDIR.value, data, output, random_init,
                                _STEP.value)
-  except errors.UserError as e:
-    if _VERBOSE.value:
-      raise
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
   if jax.process_index() == 0:
     print(json.dumps(results, indent=2))
 

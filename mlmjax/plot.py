@@ -9,7 +9,6 @@ tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs'
 
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -31,11 +30,8 @@ def main(argv):
     raise app.UsageError("give at least one --workdir")
   out = _OUT.value or (workdir_lib.Workdir(workdirs[0]).curves if len(workdirs) == 1
                        else "curves.png")
-  try:
+  with errors.reported_in_one_line():
     print(curves.save_curves(workdirs, out))
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

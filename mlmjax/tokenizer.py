@@ -86,11 +86,8 @@ def _run(argv: list[str]) -> None:
 def main(argv):
   if len(argv) < 2 or argv[1] not in COMMANDS:
     raise app.UsageError(f"give a command: {' | '.join(COMMANDS)}")
-  try:
+  with errors.reported_in_one_line():
     _run(argv)
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,12 @@ import numpy as np
 from mlmjax import adaptive
 from mlmjax import checkpoint as checkpoint_lib
 from mlmjax import config_check
+from mlmjax import curves
 from mlmjax import distributed
 from mlmjax import errors
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
 from mlmjax import phases as phases_lib
-from mlmjax import curves
 from mlmjax import sharding
 from mlmjax import steps
 from mlmjax import workdir as workdir_lib

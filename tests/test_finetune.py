@@ -17,7 +17,6 @@ from mlmjax import metrics as metrics_lib
 from mlmjax import train
 from mlmjax import workdir as workdir_lib
 from mlmjax.data import input as input_lib
-from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks

@@ -26,9 +26,9 @@ from flax import nnx
 
 from mlmjax import checkpoint as checkpoint_lib
 from mlmjax import config_check
+from mlmjax import curves
 from mlmjax import errors
 from mlmjax import metrics as metrics_lib
-from mlmjax import curves
 from mlmjax import sharding
 from mlmjax import steps
 from mlmjax import workdir as workdir_lib
@@ -207,15 +207,16 @@ class _FineTuner:
         interval[k] = interval.get(k, 0.0) + float(m.get(k, 0.0))
       if step % t.log_every_steps == 0 or step == self.total:
         row = {"loss": interval["loss_sum"] / interval["count"],
-               "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step)}
+               "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step),
+               **throughput.update(step)}
         if not self.data.task.regression:
           row["accuracy"] = interval["correct"] / interval["count"]
-        row.update(throughput.update(step))
         interval.clear()
-        logging.info(" | ".join([f"step {step}/{self.total}", f"loss {row['loss']:.4f}"] + (
-            [f"acc {row['accuracy']:.4f}"] if "accuracy" in row else []) + [
-                f"lr {row['learning_rate']:.2e}"] + ([f"{row['tokens_per_sec']:,.0f} tok/s"]
-                                                     if "tokens_per_sec" in row else [])))
+        parts = [f"step {step}/{self.total}", f"loss {row['loss']:.4f}",
+                 f"lr {row['learning_rate']:.2e}"]
+        parts += [f"acc {row['accuracy']:.4f}"] if "accuracy" in row else []
+        parts += [f"{row['tokens_per_sec']:,.0f} tok/s"] if "tokens_per_sec" in row else []
+        logging.info(" | ".join(parts))
         writer.write(step, row)
 
     pending = None  # (step, metrics) of the step in flight: at most two (see train.py)
