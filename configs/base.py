@@ -108,8 +108,20 @@ def get_config() -> ml_collections.ConfigDict:
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
   config.model.position_embedding_type = "learned"
-  # Activation dtype ('float32' or 'bfloat16'); parameters and optimizer state stay float32.
-  config.model.dtype = "float32"
+  # Compute dtype of activations: 'auto' (bfloat16 on TPU/GPU, float32 on CPU), 'float32' or
+  # 'bfloat16'. Parameters and optimizer state stay float32; LayerNorm statistics, attention
+  # softmax, logits and losses are float32 whatever it is.
+  config.model.dtype = "auto"
+  # Attention kernel (mlmjax/attention.py): 'auto' (splash on TPU, cuDNN flash on GPU in
+  # bfloat16, else XLA), 'xla', 'cudnn', 'splash', 'pallas_gpu'. Training with
+  # attention_dropout_rate > 0 computes attention probabilities explicitly instead.
+  config.model.attention_impl = "auto"
+  # Rematerialisation per layer: 'none' (keep activations: fastest), 'dots_saveable' (keep matmul
+  # outputs, recompute the rest), 'full' (keep each layer's input only: least memory).
+  config.model.remat = "none"
+  # Scan over layers with parameters stacked on a leading layer axis: compile time independent
+  # of depth (checkpoints then hold stacked block parameters; export unstacks them).
+  config.model.scan_layers = False
 
   config.train = ml_collections.ConfigDict()
   # Total optimizer steps (a larger value on an existing workdir continues the run).

@@ -12,6 +12,8 @@ import os
 import jax
 import numpy as np
 
+from mlmjax import attention
+from mlmjax import model as model_lib
 from mlmjax import optim
 from mlmjax import phases as phases_lib
 from mlmjax import sharding
@@ -30,7 +32,7 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
-  _check_model(config.model)
+  _check_model(config)
   _check_data(config)
   _check_masking(config.masking)
   _check_phases(config)
@@ -38,7 +40,8 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   _check_train(config.train)
 
 
-def _check_model(m) -> None:
+def _check_model(config) -> None:
+  m = config.model
   _one_of("model.position_embedding_type", m.position_embedding_type, ("learned", "rope"))
   if m.hidden_size < 1 or m.num_heads < 1 or m.hidden_size % m.num_heads:
     raise ConfigError(f"model.hidden_size={m.hidden_size} must be a positive multiple of"
@@ -52,7 +55,17 @@ def _check_model(m) -> None:
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= m[key] < 1.0:
       raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
-  _one_of("model.dtype", m.dtype, ("float32", "bfloat16"))
+  _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16"))
+  _one_of("model.remat", m.remat, model_lib.REMAT)
+  _one_of("model.attention_impl", m.attention_impl, attention.IMPLEMENTATIONS)
+  why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype),
+                        max(p.seq_len for p in phases_lib.plan(config)))
+  if why:
+    raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
+  if m.attention_impl != "auto" and m.attention_impl != "xla" and m.attention_dropout_rate > 0:
+    raise ConfigError(f"model.attention_impl={m.attention_impl!r} never forms the attention"
+                      " probabilities, so it cannot apply model.attention_dropout_rate="
+                      f"{m.attention_dropout_rate}: set it to 0, or use 'auto'")
 
 
 def _check_data(config) -> None:

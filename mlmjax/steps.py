@@ -32,10 +32,23 @@ class Setup:
   tx: optax.GradientTransformation
   mesh: jax.sharding.Mesh
   state_shardings: State
-  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py).
+  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); the
+  # blocks' as one layer's, applied as each layer runs.
   compute_shardings: dict
+  layer_shardings: dict
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
+
+  def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
+    """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
+    front, each block's weights only when that block runs; autodiff turns each gather into
+    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
+    outer = {k: v for k, v in params.items() if k != "blocks"}
+    outer = jax.lax.with_sharding_constraint(
+        outer, {k: self.compute_shardings[k] for k in outer})
+    model = nnx.merge(self.graphdef, {**outer, "blocks": params["blocks"]})
+    return model(batch, dropout_key=dropout_key, constrain_layer=lambda p: (
+        jax.lax.with_sharding_constraint(p, self.layer_shardings)))
 
 
 def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretraining:
@@ -63,9 +76,13 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
       tx, lambda _, s: s, abstract["opt_state"], param_shardings,
       transform_non_params=lambda _: replicated)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
+  compute = sharding.compute_shardings(param_shardings)
+  blocks = compute["blocks"]
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
-      compute_shardings=sharding.compute_shardings(param_shardings),
+      compute_shardings=compute,
+      layer_shardings=(sharding.drop_leading_axis(blocks) if config.model.scan_layers
+                       else blocks[0]),
       abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
@@ -106,10 +123,7 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
-      # FSDP: gather each weight over fsdp for compute; autodiff turns this into the
-      # reduce-scatter of its gradient. A no-op without an fsdp axis.
-      params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)
-      outputs = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
+      outputs = setup.forward(params, batch, dropout_key=key)
       sums = losses.model_sums(outputs, batch)
       loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}})
       return loss, (sums, outputs["mlm_logits"])
@@ -173,8 +187,7 @@ def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
   """(params, batch) -> metric sums and a target histogram, without dropout."""
 
   def eval_step(params, batch):
-    params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)  # as in training
-    outputs = nnx.merge(setup.graphdef, params)(batch)
+    outputs = setup.forward(params, batch)
     sums = losses.model_sums(outputs, batch, with_shown_ids=True)
     # Histogram of the targets, for the best constant predictor's accuracy (the baseline).
     sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[

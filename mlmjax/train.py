@@ -22,8 +22,10 @@ from mlmjax import checkpoint as checkpoint_lib
 from mlmjax import config_check
 from mlmjax import distributed
 from mlmjax import errors
+from mlmjax import flops
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
+from mlmjax import model as model_lib
 from mlmjax import phases as phases_lib
 from mlmjax import sharding
 from mlmjax import steps
@@ -156,6 +158,18 @@ class _Trainer:
     logging.info("Resumed from checkpoint at step %d in %s", restored.step, self.ckpt.directory)
     return restored.step, restored.state
 
+  def _peak_flops(self) -> float:
+    """The mesh's rated peak at the compute dtype, else a matmul timed here (e.g. a CPU)."""
+    dtype = model_lib.compute_dtype(self.config.model.dtype)
+    peak = flops.rated_peak(self.mesh.devices.flat[0], dtype) or flops.measured_matmul_peak(dtype)
+    return peak * self.mesh.size
+
+  def _set_throughput_shapes(self) -> None:
+    self.throughput.set_shapes(
+        self.config.train.batch_size * self.phase.seq_len,
+        flops.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
+                                    self.phase.seq_len, self.phase.max_predictions))
+
   def _evaluate(self, step: int, params) -> dict[str, float]:
     out = evaluate(self.eval_step, params, self.input, self.phase_config, self.mesh)
     logging.info("eval at step %d: %s", step,
@@ -193,7 +207,8 @@ class _Trainer:
     self.workdir.save_config(self.config)  # only now: a config that cannot resume changes nothing
     self.writer = metrics_lib.MetricWriter(self.workdir.metrics, self.workdir.tensorboard,
                                            resume_step=self.start)
-    self.throughput = metrics_lib.Throughput(t.batch_size * self.phase.seq_len, t.steps)
+    self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())
+    self._set_throughput_shapes()
     last = t.steps if stop_after is None else min(t.steps, stop_after)
     eval_metrics: dict[str, float] = {}
     pending = None  # (step, metrics) of the step still in flight
@@ -207,7 +222,7 @@ class _Trainer:
       for step in range(self.start, last):
         if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
           self._open_phase(self.phases[self.phase.index + 1])
-          self.throughput.tokens_per_step = t.batch_size * self.phase.seq_len
+          self._set_throughput_shapes()
           logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
                        self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
         state, step_metrics = self.train_step(state,

@@ -109,3 +109,40 @@ def test_rope_sees_only_relative_positions(micro_config):
   learned = _model(micro_config)
   assert not np.allclose(np.asarray(learned.encode(batch)), np.asarray(learned.encode(shifted)),
                          atol=1e-3)
+
+
+def test_scan_and_remat_train_like_the_plain_model():
+  """Stacked layers under lax.scan and every rematerialisation policy: the same initial
+  weights (stacked), the same losses and the same parameters after three steps."""
+  from test_sharding import small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  batches = synthetic_batches(3)
+  plain_metrics, plain = train(small_config((1, 1, 1)), batches, devices=jax.devices()[:1])
+  for scan, remat in ((True, "none"), (False, "full"), (True, "dots_saveable")):
+    config = small_config((1, 1, 1))
+    config.model.scan_layers, config.model.remat = scan, remat
+    metrics, state = train(config, batches, devices=jax.devices()[:1])
+    for m, want in zip(metrics, plain_metrics):
+      np.testing.assert_allclose(m["mlm_loss_sum"], want["mlm_loss_sum"], rtol=1e-5)
+    blocks = state["params"]["blocks"]
+    for i, layer in plain["params"]["blocks"].items():
+      got = jax.tree.map(lambda x: x[int(i)], blocks) if scan else blocks[i]
+      for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(layer)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
+  from test_sharding import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  config = small_config((1, 1, 1))
+  config.model.dtype = "bfloat16"
+  config.train.learning_rate = 3e-3
+  batches = synthetic_batches(2)
+  metrics, state = train(config, batches * 5, devices=jax.devices()[:1])
+  assert all(x.dtype == np.float32 for x in jax.tree.leaves(state["params"]))
+  assert all(x.dtype == np.float32 for x in jax.tree.leaves(state["opt_state"])
+             if np.issubdtype(x.dtype, np.floating))
+  losses = losses_of(metrics)
+  assert losses[-1] < losses[0] - 0.5, losses
+  model = model_lib.BertForPretraining(config.model, 512, nnx.Rngs(params=0))
+  batch = {k: v[:2] for k, v in batches[0].items()}
+  assert model.encode(batch).dtype == jnp.bfloat16
+  assert model(batch)["mlm_logits"].dtype == jnp.float32

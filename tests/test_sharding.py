@@ -348,3 +348,36 @@ def test_fsdp_shards_parameter_and_optimizer_memory():
   arguments = {s: _compiled_step(s)[1].memory_analysis().argument_size_in_bytes
                for s in [(8, 1, 1), (1, 8, 1)]}
   assert arguments[(1, 8, 1)] < 1.15 * arguments[(8, 1, 1)] / 8, arguments
+
+
+def _compiled_memory(config, vocab=30522):
+  """Bytes per device of the compiled train step (arguments + outputs + temporaries, less the
+  donated state counted twice), from XLA's own buffer assignment."""
+  mesh = sharding.make_mesh(config.mesh)
+  setup = steps.make_setup(config, vocab, mesh)
+  b, t, p = config.train.batch_size, config.data.seq_len, config.masking.max_predictions_per_seq
+  s = sharding.batch_sharding(mesh)
+  batch = {k: jax.ShapeDtypeStruct((b, t), np.int32, sharding=s)
+           for k in ("input_ids", "segment_ids", "positions", "token_type_ids")}
+  batch.update({k: jax.ShapeDtypeStruct((b, p), d, sharding=s) for k, d in (
+      ("masked_positions", np.int32), ("masked_ids", np.int32), ("masked_weights", np.float32))})
+  m = steps.make_train_step(setup, config).lower(setup.abstract_state, batch).compile()
+  m = m.memory_analysis()
+  return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+          - m.alias_size_in_bytes)
+
+
+def test_fsdp_gathers_layer_by_layer_and_needs_under_half_the_memory():
+  """BERT-large (335M parameters) on 8 devices, one row of 128 tokens per device: FSDP holds a
+  shard of the weights and optimizer state and one layer's full weights at a time; data
+  parallelism holds all of them everywhere. (Measured: 1.51 vs 6.25 GiB.)"""
+  from configs import bert  # pylint: disable=g-import-not-at-top
+  memory = {}
+  for shape in ((8, 1, 1), (1, 8, 1)):
+    config = bert.get_config("large")
+    config.data.format = "full_sentences"
+    config.data.seq_len, config.train.batch_size = 128, 8
+    config.model.scan_layers = True
+    config.mesh.shape = shape
+    memory[shape] = _compiled_memory(config)
+  assert memory[(1, 8, 1)] < 0.3 * memory[(8, 1, 1)], memory

@@ -35,8 +35,11 @@ def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
   assert all(np.isfinite(losses))
 
 
-def test_resume_is_bit_identical(tmp_path, micro_config):
-  """(Every strategy and format: test_strategies_train.py.)"""
+@pytest.mark.parametrize("scan_layers", [False, True])
+def test_resume_is_bit_identical(tmp_path, micro_config, scan_layers):
+  """(Every strategy and format: test_strategies_train.py.) Stacked layers checkpoint, resume
+  and load (saved_state reads the run's own config) like unstacked ones."""
+  micro_config.model.scan_layers = scan_layers
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
   train.train_and_evaluate(micro_config, straight)  # 8 steps in one go
   micro_config.train.checkpoint_every_steps = 3  # the checkpoint at 3 must not matter
