@@ -108,6 +108,22 @@ def get_config() -> ml_collections.ConfigDict:
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
   config.model.position_embedding_type = "learned"
+  # The block (mlmjax/layers.py): 'post' LayerNorm (BERT) or 'pre' (ModernBERT; adds a final
+  # norm and skips the first block's attention norm).
+  config.model.norm_position = "post"
+  # The MLP: 'gelu' (BERT), or gated 'geglu' (ModernBERT) / 'swiglu'; intermediate_size is the
+  # width of the gated units.
+  config.model.mlp = "gelu"
+  # Biases in every linear layer and LayerNorm (BERT), or none (ModernBERT).
+  config.model.use_bias = True
+  # Sliding-window attention: 0 = every layer attends to its whole sequence; W = local layers
+  # see W // 2 tokens to each side (ModernBERT: 128), except every global_attention_every-th
+  # layer (0, k, 2k, ...) which stays global (ModernBERT: 3).
+  config.model.local_attention_window = 0
+  config.model.global_attention_every = 1
+  # Rotary bases ('rope' positions) of global and of local layers (ModernBERT: 160k and 10k).
+  config.model.rope_base = 10_000.0
+  config.model.local_rope_base = 10_000.0
   # Compute dtype of activations: 'auto' (bfloat16 on TPU/GPU, float32 on CPU), 'float32' or
   # 'bfloat16'. Parameters and optimizer state stay float32; LayerNorm statistics, attention
   # softmax, logits and losses are float32 whatever it is.
@@ -136,16 +152,24 @@ def get_config() -> ml_collections.ConfigDict:
   # 'adamw', or 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe);
   # both use the learning rate, schedule, adam_* and weight_decay keys below.
   config.train.optimizer = "adamw"
-  # Peak learning rate after linear warmup, then linear decay to end_learning_rate.
+  # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
+  # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
+  # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).
   config.train.learning_rate = 1e-4
   config.train.warmup_steps = 10_000
   config.train.end_learning_rate = 0.0
+  config.train.schedule = "linear"
+  config.train.decay_fraction = 0.1
+  config.train.decay_shape = "linear"
   config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
   config.train.adam_b1 = 0.9
   config.train.adam_b2 = 0.999
   config.train.adam_eps = 1e-6
   # Gradients are clipped to this global norm.
   config.train.grad_clip_norm = 1.0
+  # StableAdamW-style update clipping: each tensor's Adam update scaled to RMS <= this
+  # (Adafactor's d; 1.0 is usual); 0 = off.
+  config.train.update_clip_rms = 0.0
   # A step with a non-finite loss or gradient is never applied (nor checkpointed). Then 'skip'
   # goes on with the next batch (logged, counted as `skipped_steps`), stopping only after
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.

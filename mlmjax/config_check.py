@@ -57,9 +57,17 @@ def _check_model(config) -> None:
       raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
   _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16"))
   _one_of("model.remat", m.remat, model_lib.REMAT)
+  _one_of("model.norm_position", m.norm_position, ("post", "pre"))
+  _one_of("model.mlp", m.mlp, ("gelu", "geglu", "swiglu"))
+  if m.local_attention_window < 0 or m.global_attention_every < 1:
+    raise ConfigError("model.local_attention_window must be >= 0 and"
+                      " model.global_attention_every >= 1")
+  if m.rope_base <= 0 or m.local_rope_base <= 0:
+    raise ConfigError("model.rope_base and model.local_rope_base must be positive")
   _one_of("model.attention_impl", m.attention_impl, attention.IMPLEMENTATIONS)
   why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype),
-                        max(p.seq_len for p in phases_lib.plan(config)))
+                        max(p.seq_len for p in phases_lib.plan(config)),
+                        window=m.local_attention_window)
   if why:
     raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
   if m.attention_impl != "auto" and m.attention_impl != "xla" and m.attention_dropout_rate > 0:
@@ -199,6 +207,10 @@ def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
 
 def _check_train(t) -> None:
   _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
+  _one_of("train.schedule", t.schedule, optim.SCHEDULES)
+  _one_of("train.decay_shape", t.decay_shape, optim.DECAY_SHAPES)
+  if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
+    raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:

@@ -2,10 +2,12 @@
 
 Training FLOPs per token (forward + backward = 3 x forward, multiply-adds counted as 2):
 
-    3 x [ L x (2 (4 D^2 + 2 D F) + 4 T D)       projections; attention scores and context
+    3 x [ L x 2 (4 D^2 + k D F)                 projections (k = 2, or 3 for a gated MLP)
+          + sum over layers of 4 C D            attention scores and context, C keys per query
           + (P / T) x 2 (D^2 + D V) ]           MLM head on the P masked slots of a row only
 
-for L layers, hidden D, MLP F, T tokens per row, P prediction slots, V vocabulary. Embedding
+for L layers, hidden D, MLP F, T tokens per row (C = T, or min(T, W + 1) on a local layer of
+window W), P prediction slots, V vocabulary. Embedding
 lookups, LayerNorms, softmax and the NSP head are left out (under 1% at BERT sizes). This is
 the "model FLOPs" of MFU (PaLM, appendix B): rematerialised recomputation does not count.
 
@@ -43,9 +45,13 @@ def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
   t = seq_len or config.data.seq_len
   p = max_predictions or config.masking.max_predictions_per_seq
   d, f = m.hidden_size, m.intermediate_size
-  per_layer = 2 * (4 * d * d + 2 * d * f) + 4 * t * d
+  projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
+  global_layers = m.num_layers
+  if m.local_attention_window:
+    global_layers = len(range(0, m.num_layers, m.global_attention_every))
+  keys = global_layers * t + (m.num_layers - global_layers) * min(t, m.local_attention_window + 1)
   head = p / t * 2 * (d * d + d * vocab_size)
-  return 3 * (m.num_layers * per_layer + head)
+  return 3 * (m.num_layers * projections + 4 * keys * d + head)
 
 
 def rated_peak(device: jax.Device, dtype) -> float | None:

@@ -70,8 +70,12 @@ def _split(module: nnx.Module):
   return graphdef, nnx.to_pure_dict(state)
 
 
-def _run_layer(graphdef, constrain, params, x, segment_ids, key, rope):
-  return nnx.merge(graphdef, constrain(params))(x, segment_ids, key, rope)
+def _run_layer(graphdef, constrain, local_every, params, x, segment_ids, key, ropes, index):
+  """Layer `index` (a Python int, or traced under scan): local (sliding window) unless its
+  index is a multiple of `local_every` (0: every layer is global), with its rotary table."""
+  local = local_every > 0 and index % local_every != 0
+  rope = None if ropes is None else jax.tree.map(lambda g, l: jnp.where(local, l, g), *ropes)
+  return nnx.merge(graphdef, constrain(params))(x, segment_ids, key, rope, local, index == 0)
 
 
 class BertForPretraining(nnx.Module):
@@ -85,24 +89,29 @@ class BertForPretraining(nnx.Module):
     self.use_rope = cfg.position_embedding_type == "rope"
     self.head_size = d // cfg.num_heads
     self.max_positions = cfg.max_position_embeddings
+    self.rope_bases = (cfg.rope_base, cfg.local_rope_base)
+    self.local_every = cfg.global_attention_every if cfg.local_attention_window else 0
     if not self.use_rope:  # 'learned': BERT's absolute position table, added to the input
       self.position_embedding = layers.param(
           rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
     # Zero-initialised for the same reason that type 0 adds nothing (see encode).
     self.type_embedding = layers.param(None, (cfg.type_vocab_size, d), (None, "embed"), "zeros")
-    self.embedding_norm = layers.LayerNorm(d, cfg.layer_norm_eps)
+    self.embedding_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
     # Built one by one in both layouts, so a scanned model starts from the same weights.
     blocks = [layers.Block(cfg, rngs) for _ in range(cfg.num_layers)]
     self.scan_layers = cfg.scan_layers
     self.blocks = _stack(blocks) if cfg.scan_layers else nnx.List(blocks)
     self.num_layers = cfg.num_layers
     self.remat = cfg.remat
-    self.mlm_transform = layers.Dense(rngs, d, d, ("embed", None), std)
-    self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps)
-    self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
+    # Pre-LN: the residual stream is normalised once more after the last block.
+    self.final_norm = (layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+                       if cfg.norm_position == "pre" else None)
+    self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
+    self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias
     if nsp_head:
-      self.pooler = layers.Dense(rngs, d, d, ("embed", None), std)
-      self.nsp_classifier = layers.Dense(rngs, d, 2, ("embed", None), std)
+      self.pooler = layers.Dense(rngs, (d, d), ("embed", None), std)
+      self.nsp_classifier = layers.Dense(rngs, (d, 2), ("embed", None), std)
     self.nsp_head = nsp_head
     self.rate = cfg.dropout_rate
 
@@ -118,9 +127,10 @@ class BertForPretraining(nnx.Module):
     x = self.token_embedding[...][ids] + jnp.where(type_bt1, self.type_embedding[...][types], 0.0)
     if not self.use_rope:
       x = x + self.position_embedding[...][batch["positions"]]
-    # rope: positions enter every layer's q.k instead (relative offsets, shared weights).
-    rope = layers.rope_angles(batch["positions"], self.head_size,
-                              self.max_positions) if self.use_rope else None
+    # rope: positions enter every layer's q.k instead (relative offsets, shared weights);
+    # global and local layers may use different bases (ModernBERT: 160k and 10k).
+    ropes = tuple(layers.rope_angles(batch["positions"], self.head_size, self.max_positions, b)
+                  for b in self.rope_bases) if self.use_rope else None
     keys = (None,) * (self.num_layers + 1) if dropout_key is None else tuple(
         jax.random.split(dropout_key, self.num_layers + 1))
     x = layers.dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
@@ -129,16 +139,19 @@ class BertForPretraining(nnx.Module):
     policy = _POLICIES[self.remat]
     if self.scan_layers:
       graphdef, params = _split(self.blocks)
-      layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain), policy=policy)
+      layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain, self.local_every),
+                             policy=policy)
       layer_keys = None if dropout_key is None else jnp.stack(keys[1:])
-      x, _ = jax.lax.scan(lambda h, xs: (layer(xs[0], h, seg, xs[1], rope), None), x,
-                          (params, layer_keys))
+      x, _ = jax.lax.scan(lambda h, xs: (layer(xs[0], h, seg, xs[1], ropes, xs[2]), None), x,
+                          (params, layer_keys, jnp.arange(self.num_layers)))
     else:
-      for block, key in zip(self.blocks, keys[1:]):
+      for index, (block, key) in enumerate(zip(self.blocks, keys[1:])):
         graphdef, params = _split(block)
-        layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain), policy=policy)
-        x = layer(params, x, seg, key, rope)
-    return x
+        layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain,
+                                                 self.local_every), policy=policy,
+                               static_argnums=(5,))
+        x = layer(params, x, seg, key, ropes, index)
+    return x if self.final_norm is None else self.final_norm(x)
 
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
     """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]` and, with the pair head,

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from mlmjax import attention as attention_lib
+from mlmjax import layers
 from mlmjax import model as model_lib
 
 
@@ -146,3 +148,61 @@ def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
   batch = {k: v[:2] for k, v in batches[0].items()}
   assert model.encode(batch).dtype == jnp.bfloat16
   assert model(batch)["mlm_logits"].dtype == jnp.float32
+
+
+def test_local_attention_mask_is_the_sliding_window_within_each_sequence():
+  seg = np.array([[1] * 12 + [2] * 6 + [0] * 2])
+  want = np.zeros((20, 20), bool)
+  for t in range(20):
+    for s in range(20):
+      want[t, s] = seg[0, t] == seg[0, s] > 0 and abs(t - s) <= 4  # window 8: 4 each side
+  np.testing.assert_array_equal(np.asarray(attention_lib.mask(seg, 8, local=True))[0, 0], want)
+  everywhere = np.asarray(attention_lib.mask(seg, 8, local=False))[0, 0]
+  np.testing.assert_array_equal(everywhere, (seg[0][:, None] == seg[0][None]) & (seg[0] > 0))
+  # The kernels apply it too: splash's own local mask (interpreted) against the oracle.
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(1, 128, 2, 16)), jnp.float32) for _ in range(3))
+  seg = jnp.asarray(np.r_[[1] * 70, [2] * 50, [0] * 8][None])
+  real = np.asarray(seg > 0)[0]
+  want = attention_lib.reference(q, k, v, seg, window=16, local=True)
+  for impl in ("xla", "splash"):
+    got = attention_lib.attend(q, k, v, seg, impl, interpret=True, window=16, local=True)
+    np.testing.assert_allclose(np.asarray(got)[0, real], np.asarray(want)[0, real], atol=2e-5)
+
+
+@pytest.mark.parametrize("mlp,bias", [("gelu", True), ("geglu", False), ("swiglu", True)])
+def test_block_parameter_counts(micro_config, mlp, bias):
+  m = micro_config.model
+  m.mlp, m.use_bias, m.norm_position = mlp, bias, "pre"
+  d, f = m.hidden_size, m.intermediate_size
+  block = layers.Block(m, nnx.Rngs(params=0))
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(block, nnx.Param)))
+  matrices = 4 * d * d + (3 if mlp != "gelu" else 2) * d * f  # q, k, v, out; MLP in (+gate), out
+  biases = (3 * d + d + (2 if mlp != "gelu" else 1) * f + d + 2 * d) if bias else 0
+  assert count == matrices + 2 * d + biases  # + the two LayerNorm scales
+
+
+def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config):
+  """The ModernBERT preset's options on the micro model: pre-LN, GeGLU, no biases, sliding
+  windows (8 tokens in two of three layers), two rotary bases, WSD with 1 - sqrt decay and
+  update clipping, scanned layers."""
+  from configs import modernbert  # pylint: disable=g-import-not-at-top
+  from conftest import saved_state  # pylint: disable=g-import-not-at-top
+  from mlmjax import train  # pylint: disable=g-import-not-at-top
+  preset = modernbert.get_config("base")
+  c = micro_config
+  for key in ("norm_position", "mlp", "use_bias", "position_embedding_type", "global_attention_every",
+              "rope_base", "local_rope_base", "layer_norm_eps", "scan_layers"):
+    c.model[key] = preset.model[key]
+  c.model.num_layers, c.model.local_attention_window = 3, 8
+  for key in ("schedule", "decay_shape", "adam_b2", "update_clip_rms"):
+    c.train[key] = preset.train[key]
+  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+  metrics = train.train_and_evaluate(c, straight)
+  assert np.isfinite(metrics["eval/loss"])
+  train.train_and_evaluate(c, split, stop_after=5)
+  train.train_and_evaluate(c, split)
+  a, b = saved_state(straight), saved_state(split)
+  assert "final_norm" in a["params"] and "bias" not in a["params"]["final_norm"]
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
