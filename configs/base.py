@@ -88,6 +88,12 @@ def get_config() -> ml_collections.ConfigDict:
   # once and stored as workdir/tokenizer_stats.npz next to the tokenizer.
   config.masking.stats_max_documents = 10_000
 
+  config.objective = ml_collections.ConfigDict()
+  # SpanBERT's span-boundary objective: each masked token is also predicted from the encoder
+  # outputs just outside its span (word, entity) and its offset in it; this weight on its loss
+  # (0 = off, SpanBERT: 1.0). Best with masking.strategy='span'.
+  config.objective.span_boundary_weight = 0.0
+
   config.model = ml_collections.ConfigDict()
   # BERT-base sizes. The vocabulary size comes from the tokenizer.
   config.model.hidden_size = 768

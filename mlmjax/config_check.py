@@ -38,6 +38,8 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   _check_phases(config)
   _check_mesh_and_batch(config, num_devices, num_processes)
   _check_train(config.train)
+  if config.objective.span_boundary_weight < 0:
+    raise ConfigError("objective.span_boundary_weight must be >= 0")
 
 
 def _check_model(config) -> None:

@@ -18,7 +18,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 # The scalar sums a train/eval step returns; they add up over steps (see summarize).
 SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
-            "nsp_count", "mask_token_correct", "mask_token_count")
+            "nsp_count", "mask_token_correct", "mask_token_count", "sbo_loss_sum", "sbo_correct")
 
 
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
@@ -71,15 +71,22 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
   sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
   if "nsp_logits" in outputs:
     sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
+  if "sbo_logits" in outputs:  # the same targets, predicted from the span's boundaries
+    sbo = mlm_sums(outputs["sbo_logits"], batch["masked_ids"], batch["masked_weights"])
+    sums.update(sbo_loss_sum=sbo["mlm_loss_sum"], sbo_correct=sbo["mlm_correct"])
   return sums
 
 
-def total_loss(sums: dict[str, jax.Array]) -> jax.Array:
+def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
   """Mean cross-entropy per masked token of the global batch (never divides by zero), plus
-  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum)."""
-  loss = sums["mlm_loss_sum"] / jnp.maximum(sums["mlm_count"], 1.0)
+  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum), plus
+  `objective.span_boundary_weight` x the mean span-boundary cross-entropy (SpanBERT: 1)."""
+  mlm_count = jnp.maximum(sums["mlm_count"], 1.0)
+  loss = sums["mlm_loss_sum"] / mlm_count
   if "nsp_loss_sum" in sums:
     loss = loss + sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
+  if "sbo_loss_sum" in sums:
+    loss = loss + objective.span_boundary_weight * sums["sbo_loss_sum"] / mlm_count
   return loss
 
 
@@ -96,6 +103,9 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
     nsp_count = max(float(sums["nsp_count"]), 1.0)
     out["nsp_loss"] = float(sums["nsp_loss_sum"]) / nsp_count
     out["nsp_accuracy"] = float(sums["nsp_correct"]) / nsp_count
+  if "sbo_loss_sum" in sums:
+    out["sbo_loss"] = float(sums["sbo_loss_sum"]) / count
+    out["sbo_accuracy"] = float(sums["sbo_correct"]) / count
   if "mask_token_count" in sums:
     out["mask_token_accuracy"] = float(sums["mask_token_correct"]) / max(
         float(sums["mask_token_count"]), 1.0)

@@ -78,11 +78,39 @@ def _run_layer(graphdef, constrain, local_every, params, x, segment_ids, key, ro
   return nnx.merge(graphdef, constrain(params))(x, segment_ids, key, rope, local, index == 0)
 
 
-class BertForPretraining(nnx.Module):
-  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only, and with
-  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]."""
+class SpanBoundaryHead(nnx.Module):
+  """SpanBERT's span-boundary objective (Joshi et al., 2020): every token of a masked span is
+  predicted from the encoder outputs just outside the span and its position in it only,
+  y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the tied decoder."""
 
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False):
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs):
+    d, std, eps, bias = cfg.hidden_size, cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
+    self.offset_embedding = layers.param(rngs, (cfg.max_position_embeddings, d), (None, "embed"),
+                                         "normal", std)
+    self.dense1 = layers.Dense(rngs, (3 * d, d), ("embed", None), std, bias)
+    self.norm1 = layers.LayerNorm(d, eps, bias)
+    self.dense2 = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
+    self.norm2 = layers.LayerNorm(d, eps, bias)
+    self.bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
+
+  def __call__(self, hidden_btd, batch, embedding_vd):
+    take = lambda key: jnp.take_along_axis(hidden_btd, batch[key][..., None], axis=1)
+    offsets = jnp.minimum(batch["masked_span_offset"], self.offset_embedding.shape[0] - 1)
+    h = jnp.concatenate([take("masked_span_left"), take("masked_span_right"),
+                         self.offset_embedding[...][offsets].astype(hidden_btd.dtype)], -1)
+    gelu = functools.partial(jax.nn.gelu, approximate=False)
+    h = self.norm2(gelu(self.dense2(self.norm1(gelu(self.dense1(h))))))
+    return jnp.einsum("bpd,vd->bpv", h, embedding_vd.astype(h.dtype),
+                      preferred_element_type=jnp.float32) + self.bias[...]
+
+
+class BertForPretraining(nnx.Module):
+  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only; with
+  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
+  `sbo_head` the span-boundary head on the same masked positions."""
+
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
+               sbo_head: bool = False):
     d, std = cfg.hidden_size, cfg.initializer_range
     self.dtype = compute_dtype(cfg.dtype)
     self.token_embedding = layers.param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
@@ -113,6 +141,7 @@ class BertForPretraining(nnx.Module):
       self.pooler = layers.Dense(rngs, (d, d), ("embed", None), std)
       self.nsp_classifier = layers.Dense(rngs, (d, 2), ("embed", None), std)
     self.nsp_head = nsp_head
+    self.span_boundary = SpanBoundaryHead(cfg, vocab_size, rngs) if sbo_head else None
     self.rate = cfg.dropout_rate
 
   def encode(self, batch, dropout_key=None, constrain_layer=None):
@@ -154,8 +183,8 @@ class BertForPretraining(nnx.Module):
     return x if self.final_norm is None else self.final_norm(x)
 
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
-    """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]` and, with the pair head,
-    `nsp_logits` [B, 2] (both float32)."""
+    """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]`, with the pair head
+    `nsp_logits` [B, 2], with the span-boundary head `sbo_logits` [B, P, V] (all float32)."""
     hidden_btd = self.encode(batch, dropout_key, constrain_layer)
     positions_bp = batch["masked_positions"]
     hidden_bpd = jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
@@ -170,4 +199,6 @@ class BertForPretraining(nnx.Module):
       # pretraining head and Hugging Face's BertPreTrainingHeads).
       pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
       out["nsp_logits"] = self.nsp_classifier(pooled_bd).astype(jnp.float32)
+    if self.span_boundary is not None:
+      out["sbo_logits"] = self.span_boundary(hidden_btd, batch, self.token_embedding[...])
     return out

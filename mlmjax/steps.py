@@ -53,7 +53,8 @@ class Setup:
 
 def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretraining:
   return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
-                                     nsp_head=formats.has_pair_labels(config.data.format))
+                                     nsp_head=formats.has_pair_labels(config.data.format),
+                                     sbo_head=config.objective.span_boundary_weight > 0)
 
 
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
@@ -125,7 +126,8 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
     def loss_fn(params):
       outputs = setup.forward(params, batch, dropout_key=key)
       sums = losses.model_sums(outputs, batch)
-      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}})
+      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}},
+                               config.objective)
       return loss, (sums, outputs["mlm_logits"])
 
     grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(params)

@@ -206,3 +206,20 @@ def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config):
   assert "final_norm" in a["params"] and "bias" not in a["params"]["final_norm"]
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
+
+
+def test_span_boundary_head_reads_only_the_boundaries_and_the_offset(micro_config):
+  model = model_lib.BertForPretraining(micro_config.model, 512, nnx.Rngs(params=0),
+                                       sbo_head=True)
+  batch = _row([2, 10, 11, 4, 4, 4, 14, 3], [])
+  batch.update(masked_positions=np.array([[3, 4, 5]]), masked_span_left=np.array([[2, 2, 2]]),
+               masked_span_right=np.array([[6, 6, 6]]), masked_span_offset=np.array([[0, 1, 2]]))
+  got = np.asarray(model(batch)["sbo_logits"])
+  h = model.encode(batch)[0]
+  head = model.span_boundary
+  gelu = lambda x: jax.nn.gelu(x, approximate=False)
+  for slot in range(3):
+    x = jnp.concatenate([h[2], h[6], head.offset_embedding[...][slot]])
+    y = head.norm2(gelu(head.dense2(head.norm1(gelu(head.dense1(x))))))
+    want = y @ model.token_embedding[...].T + head.bias[...]
+    np.testing.assert_allclose(got[0, slot], np.asarray(want), rtol=2e-5, atol=2e-5)

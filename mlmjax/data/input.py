@@ -32,7 +32,8 @@ class RunInput:
 
   def masker(self, config, token_weights: Callable[[int], np.ndarray | None] | None = None
              ) -> masking.Masker:
-    return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights)
+    return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights,
+                          span_boundaries=config.objective.span_boundary_weight > 0)
 
   def train_iter(self, config, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None
