@@ -89,6 +89,14 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()
+  # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT), or 'electra': a small MLM generator fills the
+  # masked slots with samples and the model (a discriminator) learns, on every token, which
+  # ones were replaced (mlmjax/electra.py).
+  config.objective.kind = "mlm"
+  # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
+  config.objective.generator_fraction = 0.25
+  # electra: weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
+  config.objective.discriminator_weight = 50.0
   # SpanBERT's span-boundary objective: each masked token is also predicted from the encoder
   # outputs just outside its span (word, entity) and its offset in it; this weight on its loss
   # (0 = off, SpanBERT: 1.0). Best with masking.strategy='span'.
@@ -100,6 +108,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_layers = 12
   config.model.num_heads = 12
   config.model.intermediate_size = 3072
+  # electra: width of the token/position/type embeddings the generator and discriminator share
+  # (projected to each one's hidden size); 0 = hidden_size. ELECTRA-small: 128.
+  config.model.embedding_size = 0
   # Largest position id the model can embed; data.seq_len must not exceed it.
   config.model.max_position_embeddings = 512
   # Number of token types (segments A/B).

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from mlmjax import attention
+from mlmjax import electra
 from mlmjax import model as model_lib
 from mlmjax import optim
 from mlmjax import phases as phases_lib
@@ -38,8 +39,29 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   _check_phases(config)
   _check_mesh_and_batch(config, num_devices, num_processes)
   _check_train(config.train)
-  if config.objective.span_boundary_weight < 0:
+  _check_objective(config)
+
+
+def _check_objective(config) -> None:
+  o = config.objective
+  _one_of("objective.kind", o.kind, ("mlm", "electra"))
+  if o.span_boundary_weight < 0:
     raise ConfigError("objective.span_boundary_weight must be >= 0")
+  if o.kind == "electra":
+    if formats.has_pair_labels(config.data.format) or o.span_boundary_weight:
+      raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
+                        f" a single-sequence data.format (not {config.data.format!r}) and"
+                        " objective.span_boundary_weight=0")
+    gen = electra.generator_config(config.model, o.generator_fraction)
+    if not 0 < o.generator_fraction <= 1 or gen.hidden_size % gen.num_heads:
+      raise ConfigError(f"objective.generator_fraction={o.generator_fraction} must be in (0, 1]"
+                        f" and give a generator width ({gen.hidden_size}) divisible by its heads"
+                        f" ({gen.num_heads})")
+    if o.discriminator_weight <= 0:
+      raise ConfigError("objective.discriminator_weight must be > 0")
+  elif config.model.embedding_size not in (0, config.model.hidden_size):
+    raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
+                      " objective.kind='electra'")
 
 
 def _check_model(config) -> None:

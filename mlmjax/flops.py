@@ -38,20 +38,34 @@ _RATED_TFLOPS = {
 }
 
 
-def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
-                          max_predictions: int | None = None) -> float:
-  """The formula above, for `config.model` at a row length (default: data.seq_len)."""
-  m = config.model
-  t = seq_len or config.data.seq_len
-  p = max_predictions or config.masking.max_predictions_per_seq
+def _encoder(m, t: int) -> float:
+  """Forward FLOPs per token of one encoder stack."""
   d, f = m.hidden_size, m.intermediate_size
   projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
   global_layers = m.num_layers
   if m.local_attention_window:
     global_layers = len(range(0, m.num_layers, m.global_attention_every))
   keys = global_layers * t + (m.num_layers - global_layers) * min(t, m.local_attention_window + 1)
-  head = p / t * 2 * (d * d + d * vocab_size)
-  return 3 * (m.num_layers * projections + 4 * keys * d + head)
+  return m.num_layers * projections + 4 * keys * d
+
+
+def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
+                          max_predictions: int | None = None) -> float:
+  """The formula above, for `config.model` at a row length (default: data.seq_len). ELECTRA:
+  the generator's stack and MLM head (at its width) plus the discriminator's stack and its
+  per-token head, 2 (D^2 + D)."""
+  m = config.model
+  t = seq_len or config.data.seq_len
+  p = max_predictions or config.masking.max_predictions_per_seq
+  if config.objective.kind != "electra":
+    d = m.hidden_size
+    return 3 * (_encoder(m, t) + p / t * 2 * (d * d + d * vocab_size))
+  from mlmjax import electra  # pylint: disable=g-import-not-at-top
+  g = electra.generator_config(m, config.objective.generator_fraction)
+  e, d, dg = m.embedding_size or m.hidden_size, m.hidden_size, g.hidden_size
+  projections = 2 * e * (d * (e != d) + dg * (e != dg))
+  generator_head = p / t * 2 * (dg * e + e * vocab_size)
+  return 3 * (_encoder(g, t) + generator_head + _encoder(m, t) + 2 * (d * d + d) + projections)
 
 
 def rated_peak(device: jax.Device, dtype) -> float | None:

@@ -104,27 +104,49 @@ class SpanBoundaryHead(nnx.Module):
                       preferred_element_type=jnp.float32) + self.bias[...]
 
 
-class BertForPretraining(nnx.Module):
-  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only; with
-  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
-  `sbo_head` the span-boundary head on the same masked positions."""
+class Embeddings:
+  """Token + position (learned) + token-type embeddings and their LayerNorm, as attributes of
+  the model that holds them (names shared by every model, and by export)."""
 
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
-               sbo_head: bool = False):
-    d, std = cfg.hidden_size, cfg.initializer_range
+  def init_embeddings(self, cfg, vocab_size: int, width: int, rngs: nnx.Rngs) -> None:
+    std = cfg.initializer_range
+    self.token_embedding = layers.param(rngs, (vocab_size, width), ("vocab", "embed"), "normal",
+                                        std)
+    if cfg.position_embedding_type == "learned":  # BERT's absolute table, added to the input
+      self.position_embedding = layers.param(
+          rngs, (cfg.max_position_embeddings, width), (None, "embed"), "normal", std)
+    # Zero-initialised for the same reason that type 0 adds nothing (see embed).
+    self.type_embedding = layers.param(None, (cfg.type_vocab_size, width), (None, "embed"),
+                                       "zeros")
+    self.embedding_norm = layers.LayerNorm(width, cfg.layer_norm_eps, cfg.use_bias)
+    self.embedding_dropout = cfg.dropout_rate
+
+  def embed(self, batch, key=None) -> jax.Array:
+    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings."""
+    types = batch["token_type_ids"]
+    # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
+    # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
+    # measured). Only types >= 1 add their (zero-initialised) embedding.
+    x = self.token_embedding[...][batch["input_ids"]] + jnp.where(
+        (types > 0)[..., None], self.type_embedding[...][types], 0.0)
+    if hasattr(self, "position_embedding"):
+      x = x + self.position_embedding[...][batch["positions"]]
+    return layers.dropout(self.embedding_norm(x), self.embedding_dropout, key)
+
+
+class LayerStack:
+  """The encoder's blocks (a list, or one module of stacked parameters under `scan_layers`)
+  and, pre-LN, the final norm, as attributes of the model or tower that holds them."""
+
+  def init_stack(self, cfg, rngs: nnx.Rngs, name: str) -> None:
+    """`name`: the path of `blocks` in the whole model's parameters (FSDP's layer shardings)."""
+    self.stack_name = name
     self.dtype = compute_dtype(cfg.dtype)
-    self.token_embedding = layers.param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
     self.use_rope = cfg.position_embedding_type == "rope"
-    self.head_size = d // cfg.num_heads
+    self.head_size = cfg.hidden_size // cfg.num_heads
     self.max_positions = cfg.max_position_embeddings
     self.rope_bases = (cfg.rope_base, cfg.local_rope_base)
     self.local_every = cfg.global_attention_every if cfg.local_attention_window else 0
-    if not self.use_rope:  # 'learned': BERT's absolute position table, added to the input
-      self.position_embedding = layers.param(
-          rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
-    # Zero-initialised for the same reason that type 0 adds nothing (see encode).
-    self.type_embedding = layers.param(None, (cfg.type_vocab_size, d), (None, "embed"), "zeros")
-    self.embedding_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
     # Built one by one in both layouts, so a scanned model starts from the same weights.
     blocks = [layers.Block(cfg, rngs) for _ in range(cfg.num_layers)]
     self.scan_layers = cfg.scan_layers
@@ -132,8 +154,63 @@ class BertForPretraining(nnx.Module):
     self.num_layers = cfg.num_layers
     self.remat = cfg.remat
     # Pre-LN: the residual stream is normalised once more after the last block.
-    self.final_norm = (layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, cfg.use_bias)
                        if cfg.norm_position == "pre" else None)
+
+  def run_stack(self, x, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
+    """[B, T, D] -> [B, T, D] through every block; attention only within a row's segments.
+    `constrain_layer(stack_name, layer_params)` runs on each layer's parameters (FSDP)."""
+    x = x.astype(self.dtype)
+    # rope: positions enter every layer's q.k (relative offsets, shared weights); global and
+    # local layers may use different bases (ModernBERT: 160k and 10k).
+    ropes = tuple(layers.rope_angles(batch["positions"], self.head_size, self.max_positions, b)
+                  for b in self.rope_bases) if self.use_rope else None
+    keys = (None,) * self.num_layers if dropout_key is None else tuple(
+        jax.random.split(dropout_key, self.num_layers))
+    seg = batch["segment_ids"]
+    constrain = functools.partial(constrain_layer or (lambda name, params: params),
+                                  self.stack_name)
+    policy = _POLICIES[self.remat]
+    if self.scan_layers:
+      graphdef, params = _split(self.blocks)
+      layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain, self.local_every),
+                             policy=policy)
+      layer_keys = None if dropout_key is None else jnp.stack(keys)
+      x, _ = jax.lax.scan(lambda h, xs: (layer(xs[0], h, seg, xs[1], ropes, xs[2]), None), x,
+                          (params, layer_keys, jnp.arange(self.num_layers)))
+    else:
+      for index, (block, key) in enumerate(zip(self.blocks, keys)):
+        graphdef, params = _split(block)
+        layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain,
+                                                 self.local_every), policy=policy,
+                               static_argnums=(5,))
+        x = layer(params, x, seg, key, ropes, index)
+    return x if self.final_norm is None else self.final_norm(x)
+
+
+def mlm_logits(hidden_bpd, transform, norm, embedding_vd, bias_v) -> jax.Array:
+  """BERT's MLM head: dense, GELU, LayerNorm, then the decoder tied to the input embedding
+  (+ bias), in float32. Only ever given the P masked positions, never all T."""
+  h = norm(jax.nn.gelu(transform(hidden_bpd), approximate=False))
+  return jnp.einsum("bpd,vd->bpv", h, embedding_vd.astype(h.dtype),
+                    preferred_element_type=jnp.float32) + bias_v
+
+
+def gather(hidden_btd, positions_bp) -> jax.Array:
+  """[B, T, D] at [B, P] positions -> [B, P, D]."""
+  return jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
+
+
+class BertForPretraining(nnx.Module, Embeddings, LayerStack):
+  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only; with
+  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
+  `sbo_head` the span-boundary head on the same masked positions."""
+
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
+               sbo_head: bool = False):
+    d, std = cfg.hidden_size, cfg.initializer_range
+    self.init_embeddings(cfg, vocab_size, d, rngs)
+    self.init_stack(cfg, rngs, "blocks")
     self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
     self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias
@@ -142,57 +219,19 @@ class BertForPretraining(nnx.Module):
       self.nsp_classifier = layers.Dense(rngs, (d, 2), ("embed", None), std)
     self.nsp_head = nsp_head
     self.span_boundary = SpanBoundaryHead(cfg, vocab_size, rngs) if sbo_head else None
-    self.rate = cfg.dropout_rate
 
   def encode(self, batch, dropout_key=None, constrain_layer=None):
-    """[B, T] ids -> [B, T, D] hidden states; attention only within a row's own segment.
-    `constrain_layer(layer_params)`: applied to each layer's parameters as it runs (FSDP)."""
-    ids = batch["input_ids"]
-    types = batch["token_type_ids"]
-    # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
-    # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
-    # measured). Only types >= 1 add their (zero-initialised) embedding.
-    type_bt1 = (types > 0)[..., None]
-    x = self.token_embedding[...][ids] + jnp.where(type_bt1, self.type_embedding[...][types], 0.0)
-    if not self.use_rope:
-      x = x + self.position_embedding[...][batch["positions"]]
-    # rope: positions enter every layer's q.k instead (relative offsets, shared weights);
-    # global and local layers may use different bases (ModernBERT: 160k and 10k).
-    ropes = tuple(layers.rope_angles(batch["positions"], self.head_size, self.max_positions, b)
-                  for b in self.rope_bases) if self.use_rope else None
-    keys = (None,) * (self.num_layers + 1) if dropout_key is None else tuple(
-        jax.random.split(dropout_key, self.num_layers + 1))
-    x = layers.dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
-    seg = batch["segment_ids"]
-    constrain = constrain_layer or (lambda params: params)
-    policy = _POLICIES[self.remat]
-    if self.scan_layers:
-      graphdef, params = _split(self.blocks)
-      layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain, self.local_every),
-                             policy=policy)
-      layer_keys = None if dropout_key is None else jnp.stack(keys[1:])
-      x, _ = jax.lax.scan(lambda h, xs: (layer(xs[0], h, seg, xs[1], ropes, xs[2]), None), x,
-                          (params, layer_keys, jnp.arange(self.num_layers)))
-    else:
-      for index, (block, key) in enumerate(zip(self.blocks, keys[1:])):
-        graphdef, params = _split(block)
-        layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain,
-                                                 self.local_every), policy=policy,
-                               static_argnums=(5,))
-        x = layer(params, x, seg, key, ropes, index)
-    return x if self.final_norm is None else self.final_norm(x)
+    """[B, T] ids -> [B, T, D] hidden states."""
+    keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
+    return self.run_stack(self.embed(batch, keys[0]), batch, keys[1], constrain_layer)
 
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
     """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]`, with the pair head
     `nsp_logits` [B, 2], with the span-boundary head `sbo_logits` [B, P, V] (all float32)."""
     hidden_btd = self.encode(batch, dropout_key, constrain_layer)
-    positions_bp = batch["masked_positions"]
-    hidden_bpd = jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
-    h = self.mlm_norm(jax.nn.gelu(self.mlm_transform(hidden_bpd), approximate=False))
-    # Decoder tied to the input embedding: the vocab matmul only ever sees P positions, not T.
-    logits_bpv = jnp.einsum("bpd,vd->bpv", h, self.token_embedding[...].astype(h.dtype),
-                            preferred_element_type=jnp.float32)
-    out = {"mlm_logits": logits_bpv + self.mlm_bias[...]}
+    out = {"mlm_logits": mlm_logits(gather(hidden_btd, batch["masked_positions"]),
+                                    self.mlm_transform, self.mlm_norm, self.token_embedding[...],
+                                    self.mlm_bias[...])}
     if self.nsp_head:
       # BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
       # example each), then a 2-way classifier; no dropout in between (as in BERT's

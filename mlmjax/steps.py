@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from mlmjax import electra
 from mlmjax import losses
 from mlmjax import model as model_lib
 from mlmjax import optim
@@ -32,10 +33,10 @@ class Setup:
   tx: optax.GradientTransformation
   mesh: jax.sharding.Mesh
   state_shardings: State
-  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); the
-  # blocks' as one layer's, applied as each layer runs.
+  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); each
+  # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
   compute_shardings: dict
-  layer_shardings: dict
+  layer_shardings: dict[str, dict]
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
@@ -43,15 +44,40 @@ class Setup:
     """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
     front, each block's weights only when that block runs; autodiff turns each gather into
     the reduce-scatter of the gradient. No-ops without an fsdp axis."""
-    outer = {k: v for k, v in params.items() if k != "blocks"}
-    outer = jax.lax.with_sharding_constraint(
-        outer, {k: self.compute_shardings[k] for k in outer})
-    model = nnx.merge(self.graphdef, {**outer, "blocks": params["blocks"]})
-    return model(batch, dropout_key=dropout_key, constrain_layer=lambda p: (
-        jax.lax.with_sharding_constraint(p, self.layer_shardings)))
+    def gather_outside_blocks(path, p, s):
+      return p if "blocks" in _names(path) else jax.lax.with_sharding_constraint(p, s)
+    params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
+                                              self.compute_shardings)
+    model = nnx.merge(self.graphdef, params)
+    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
 
 
-def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretraining:
+def _names(path) -> list[str]:
+  return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+
+
+def _layer_shardings(compute: dict, model_config) -> dict[str, dict]:
+  """{"blocks": one layer's shardings} (ELECTRA: "generator/blocks", "discriminator/blocks"):
+  a slice of the stacked shardings, or the first layer's (all layers shard alike)."""
+  out = {}
+
+  def visit(tree, path):
+    for key, sub in tree.items():
+      if key == "blocks":
+        out["/".join(path + [key])] = (sharding.drop_leading_axis(sub)
+                                       if model_config.scan_layers else sub[0])
+      elif isinstance(sub, dict):
+        visit(sub, path + [key])
+  visit(compute, [])
+  return out
+
+
+def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
+  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
+  if config.objective.kind == "electra":
+    return electra.ElectraForPretraining(config.model, config.objective, vocab_size,
+                                         nnx.Rngs(params=seed))
   return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
                                      nsp_head=formats.has_pair_labels(config.data.format),
                                      sbo_head=config.objective.span_boundary_weight > 0)
@@ -60,13 +86,13 @@ def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretrai
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
   """Shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded:
   full parameters are never materialised on one device."""
-  abstract_model = nnx.eval_shape(lambda: _build_model(config, vocab_size, config.seed))
+  abstract_model = nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed))
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
   tx = optim.make_optimizer(config.train)
 
   def init() -> State:
-    params = nnx.to_pure_dict(nnx.state(_build_model(config, vocab_size, config.seed)))
+    params = nnx.to_pure_dict(nnx.state(build_model(config, vocab_size, config.seed)))
     return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
 
   abstract = jax.eval_shape(init)
@@ -78,12 +104,9 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
       transform_non_params=lambda _: replicated)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
   compute = sharding.compute_shardings(param_shardings)
-  blocks = compute["blocks"]
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
-      compute_shardings=compute,
-      layer_shardings=(sharding.drop_leading_axis(blocks) if config.model.scan_layers
-                       else blocks[0]),
+      compute_shardings=compute, layer_shardings=_layer_shardings(compute, config.model),
       abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
@@ -93,7 +116,8 @@ def _global_counts(batch: dict) -> dict[str, jax.Array]:
   (NSP/SOP: one label per row). A micro-batch's loss divided by these, summed over the
   micro-batches, is exactly the big batch's loss, and so are its gradients."""
   return {"mlm_count": jnp.sum(batch["masked_weights"]),
-          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),
+          "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
 
 
 def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
