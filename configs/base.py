@@ -16,7 +16,9 @@ def get_config() -> ml_collections.ConfigDict:
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
   # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
-  # (e.g. 'tfds:wikipedia/20230601.en:train'). See mlmjax/data/sources.py.
+  # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
+  # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
+  # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
   config.data.eval_every_nth_document = 50
@@ -38,6 +40,14 @@ def get_config() -> ml_collections.ConfigDict:
   # Training rows are shuffled within windows of this many rows before batching (seeded and
   # checkpointed), so the rows of one long document spread over many batches; 0 or 1: off.
   config.data.row_shuffle_window = 1024
+  # grain worker processes building (and masking) training batches; 0: in the training process.
+  # Batches, masks and checkpointed positions are the same for every value. Each worker walks
+  # the whole stream and builds every n-th batch: worth it with prepared data (with raw text
+  # every worker also tokenizes everything).
+  config.data.worker_count = 0
+  # Training batches put on the devices ahead of the step that needs them, by a background
+  # thread, so input is built while the device computes; 0: built when the step asks for it.
+  config.data.device_prefetch = 2
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
