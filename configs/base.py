@@ -21,9 +21,11 @@ def get_config() -> ml_collections.ConfigDict:
   # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
+  # Prepared data fixes it when it is prepared (a run with another value is refused).
   config.data.eval_every_nth_document = 50
   # Local documents longer than this many characters are split at whitespace (with a warning),
-  # so a file without line breaks cannot blow up memory or a single row of work.
+  # so a file without line breaks cannot blow up memory or a single row of work. (Prepared
+  # data: applied when it was prepared.)
   config.data.max_document_chars = 100_000
   # Data shards: shard s reads documents s::num_shards and fills rows s*B/n..(s+1)*B/n of
   # every global batch of B rows; each process reads a block of shards. 0: one per process.
@@ -51,6 +53,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
+  # Prepared data brings its own tokenizer; a path here must name that same tokenizer.
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
@@ -95,7 +98,8 @@ def get_config() -> ml_collections.ConfigDict:
   # adaptive: weight of the old estimate in the running per-token loss average at each update.
   config.masking.adaptive_decay = 0.9
   # Token counts (frequency, unigram) come from at most this many training documents, counted
-  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer.
+  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer. (Prepared data brings
+  # the counts it was prepared with.)
   config.masking.stats_max_documents = 10_000
 
   config.model = ml_collections.ConfigDict()

@@ -81,6 +81,11 @@ def build(config, tokenizer_path: str, stats_path: str) -> RunInput:
                                                   config.masking.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
+  if config.data.worker_count and not prepared.is_prepared(config.data.source):
+    logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
+                    " (each builds every %d-th batch of one shared stream); prepare the data"
+                    " once (python -m mlmjax.prepare) to gain from workers",
+                    config.data.worker_count, config.data.worker_count)
   tok, stats = _process_0_first(tokenizer_and_stats)
   gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)

@@ -83,7 +83,8 @@ def decode_record(record: bytes, dtype: str) -> list[np.ndarray]:
   n = int(np.frombuffer(record, np.int32, count=1)[0])
   lengths = np.frombuffer(record, np.int32, count=n, offset=4)
   ids = np.frombuffer(record, dtype, offset=4 * (n + 1)).astype(np.int32)
-  return np.split(ids, np.cumsum(lengths[:-1])) if n else []
+  ends = np.cumsum(lengths).tolist()
+  return [ids[a:b] for a, b in zip([0] + ends[:-1], ends)]  # views (np.split is ~10x slower)
 
 
 class PreparedSplit:

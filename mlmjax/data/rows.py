@@ -57,42 +57,36 @@ class Packer:
 def materialize(rows: list[list], seq_len: int, origin: bool = False,
                 pairs: bool = False) -> dict[str, np.ndarray]:
   """[rows] of units -> the batch arrays (module docstring)."""
-  pieces, unit_row, unit_col, unit_seg, lengths, type0 = [], [], [], [], [], []
-  keys, epochs, labels = [], [], []
-  for r, row in enumerate(rows):
-    col = 0
-    for s, unit in enumerate(row, 1):
-      pieces.extend(unit.pieces)
-      unit_row.append(r)
-      unit_col.append(col)
-      unit_seg.append(s)
-      lengths.append(unit.length)
-      type0.append(unit.type0)
-      keys.append(unit.key)
-      epochs.append(unit.epoch)
-      col += unit.length
-    labels.append(row[0].label if row else 0)
-  shape = (len(rows), seq_len)
-  lengths = np.asarray(lengths, np.int64)
-  begins = np.cumsum(lengths) - lengths  # of each unit in the concatenation
-  unit_of = np.repeat(np.arange(len(lengths)), lengths)  # of each token
+  units = [u for row in rows for u in row]
+  unit_row = np.array([r for r, row in enumerate(rows) for _ in row], np.int64)
+  unit_seg = np.array([s for row in rows for s in range(1, len(row) + 1)], np.int32)
+  lengths = np.array([u.length for u in units], np.int64)
+  ends = np.cumsum(lengths)
+  begins = ends - lengths  # of each unit in the concatenation of all
+  first = np.flatnonzero(unit_seg == 1)  # each row's first unit
+  row_begin = np.zeros(len(rows), np.int64)
+  row_begin[unit_row[first]] = begins[first]
+  unit_of = np.repeat(np.arange(len(units)), lengths)  # of each token
   pos = np.arange(len(unit_of)) - begins[unit_of]
-  flat = (np.asarray(unit_row, np.int64) * seq_len + unit_col)[unit_of] + pos  # into [rows*T]
+  # Each token's place in the flattened [rows * seq_len] batch.
+  flat = (unit_row * seq_len + begins - row_begin[unit_row])[unit_of] + pos
 
   def scatter(values, dtype) -> np.ndarray:
-    out = np.zeros(shape, dtype)
+    out = np.zeros((len(rows), seq_len), dtype)
     out.reshape(-1)[flat] = values
     return out
 
+  pieces = [p for u in units for p in u.pieces]
   batch = {
-      "input_ids": scatter(np.concatenate(pieces) if pieces else [], np.int32),
-      "token_type_ids": scatter(pos >= np.asarray(type0)[unit_of], np.int32),
-      "segment_ids": scatter(np.asarray(unit_seg)[unit_of], np.int32),
+      "input_ids": scatter(np.concatenate(pieces) if pieces else 0, np.int32),
+      "token_type_ids": scatter(pos >= np.array([u.type0 for u in units])[unit_of], np.int32),
+      "segment_ids": scatter(unit_seg[unit_of], np.int32),
       "positions": scatter(pos, np.int32),
   }
   if origin:
-    batch["sequence_keys"] = scatter(np.asarray(keys, np.int64)[unit_of], np.int64)
-    batch["epochs"] = scatter(np.asarray(epochs)[unit_of], np.int32)
+    batch["sequence_keys"] = scatter(np.array([u.key for u in units], np.int64)[unit_of],
+                                     np.int64)
+    batch["epochs"] = scatter(np.array([u.epoch for u in units], np.int32)[unit_of], np.int32)
   if pairs:
-    batch["nsp_labels"] = np.asarray(labels, np.int32)
+    batch["nsp_labels"] = np.array([row[0].label if row else 0 for row in rows], np.int32)
   return batch
