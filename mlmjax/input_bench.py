@@ -7,8 +7,9 @@ prints one JSON line per measurement: tokens/s of finished (packed, masked) batc
 every position (`tokens_per_sec`, what the device consumes) and only real tokens
 (`real_tokens_per_sec`, padding excluded), for the config's format, strategy, seq_len, batch
 size and `data.worker_count` (0: one process; then also `tokens_per_cpu_sec`, per second of
-this process's CPU time, which other load on a shared machine does not change). `--raw_too` with prepared data measures the
-text it was prepared from as well, with the same tokenizer: the cost of tokenizing every epoch.
+this process's CPU time, which other load on a shared machine does not change). `--raw_too`
+with prepared data measures the text it was prepared from as well, with the same tokenizer:
+the cost of tokenizing every epoch.
 `input_throughput` is the function the benchmark command calls.
 """
 

@@ -189,7 +189,8 @@ class _Trainer:
     if step % self.config.train.log_every_steps == 0 or step == self.config.train.steps:
       row = self.loop.take_row(m)
       if row:
-        row.update(self.throughput.update(step), input_wait_fraction=self.data.take_wait_fraction())
+        row.update(self.throughput.update(step),
+                   input_wait_fraction=self.data.take_wait_fraction())
         metrics_lib.log_progress(step, self.config.train.steps, row)
         self.writer.write(step, row)
 

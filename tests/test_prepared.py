@@ -89,10 +89,11 @@ def test_each_shard_opens_only_its_own_files(kjv, micro_config, make_masker, dat
   """Shard 1 of 4 (what process 1 of 4 reads) opens only files 1 and 5 of 8, NSP negatives
   included."""
   config = _config(micro_config, f"prepared:{kjv}")
-  config.data.format = data_format
+  config.data.format, config.data.num_shards = data_format, 4
   split = prepared.open_source(config.data.source).split("train")
-  spec = pipeline._spec(config, split, make_masker(config), None, 0, True, 0)  # pylint: disable=protected-access
-  it = pipeline.ShardedIterator(dataclasses.replace(spec, num_shards=4, shards=(1,)))
+  tok = tok_lib.Tokenizer.load(config.tokenizer.path)
+  spec = pipeline.make_train_iter(config, tok, split, make_masker(config)).spec
+  it = pipeline.ShardedIterator(dataclasses.replace(spec, shards=(1,)))  # process 1's view
   for _ in range(40):
     next(it)
   assert sorted(split._files) == [1, 5]  # pylint: disable=protected-access

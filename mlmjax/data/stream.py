@@ -36,10 +36,13 @@ import numpy as np
 from mlmjax.data import formats
 from mlmjax.data import masking
 from mlmjax.data import rows as rows_lib
+from mlmjax.data.masking.uniforms import GOLDEN, mix64
 from mlmjax.errors import DataError
 
 # Keys the masker needs that the device does not.
 HOST_ONLY = ("sequence_keys", "epochs")
+# Positions of an epoch's document order computed at a time.
+_ORDER_BLOCK = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -68,6 +71,31 @@ class StreamSpec:
     return math.ceil(self.window_rows / self.rows_per_shard)
 
 
+def permutation(x: np.ndarray, n: int, key: tuple[int, ...]) -> np.ndarray:
+  """x (uint64 in [0, n)) -> its image under a random bijection of [0, n) chosen by `key`:
+  a 4-round Feistel network over the smallest power of 4 >= n, re-applied to values that land
+  beyond n (cycle walking). Vectorised, and needs no table of n entries, so a shard of
+  hundreds of millions of documents is shuffled in blocks at no memory cost."""
+  half = max(1, ((n - 1).bit_length() + 1) // 2)
+  mask = np.uint64((1 << half) - 1)
+
+  def rounds(v):
+    left, right = v >> np.uint64(half), v & mask
+    for k in keys:
+      left, right = right, left ^ (mix64(right ^ k) & mask)
+    return (left << np.uint64(half)) | right
+
+  with np.errstate(over="ignore"):  # uint64 arithmetic wraps on purpose
+    k = np.uint64(0)
+    for part in key:
+      k = mix64(k ^ (np.uint64(part) + GOLDEN))
+    keys = [mix64(k + np.uint64(r)) for r in range(4)]
+    out = rounds(x)
+    while (beyond := out >= n).any():
+      out[beyond] = rounds(out[beyond])
+  return out
+
+
 def mask(spec: StreamSpec, masker: masking.Masker, batch: dict, b: int) -> dict:
   """Masks of batch b: keyed by its step and each row's place in the global batch."""
   first_row = spec.shards[0] * spec.rows_per_shard
@@ -87,7 +115,7 @@ class ShardWalk:
                       f" {spec.num_shards} data shards (data.num_shards, or one per process)")
     self._units_of = formats.unit_maker(spec.data_format, spec.seq_len, spec.seed,
                                         self._random_other, spec.word_start)
-    self._order: tuple[int, np.ndarray | None] = (-1, None)  # (epoch, its document order)
+    self._order: tuple = (None, None)  # ((epoch, block), that block of its order)
     self._last: tuple[int, list] = (-1, [])  # (stream position, its units)
     self._warned = False
     self.window, self.doc, self.unit, self.batch = 0, 0, 0, 0
@@ -102,11 +130,14 @@ class ShardWalk:
   def _document(self, i: int) -> formats.Document:
     """The document at stream position i (epoch i // count)."""
     epoch, k = divmod(i, self.count)
-    if self.spec.shuffle:
-      if self._order[0] != epoch:
-        rng = np.random.default_rng([self.spec.seed, self.shard, epoch, 0])
-        self._order = (epoch, rng.permutation(self.count))
-      k = int(self._order[1][k])
+    if self.spec.shuffle:  # a block of the epoch's permutation at a time: O(1) memory
+      block, j = divmod(k, _ORDER_BLOCK)
+      if self._order[0] != (epoch, block):
+        start = block * _ORDER_BLOCK
+        positions = np.arange(start, min(start + _ORDER_BLOCK, self.count), dtype=np.uint64)
+        self._order = ((epoch, block), permutation(positions, self.count,
+                                                   (self.spec.seed, self.shard, epoch)))
+      k = int(self._order[1][j])
     key = epoch % self.spec.epoch_period if self.spec.epoch_period else epoch
     index = self._index(k)
     return formats.Document(index, key, self.spec.documents.sentences(index))
