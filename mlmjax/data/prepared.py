@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 
+from absl import logging
 import grain
 import numpy as np
 
@@ -168,6 +169,8 @@ class Prepared:
           " --workdir")
     else:
       tok.save(tokenizer_path)
+      logging.info("Tokenizer of %s (%s, %d pieces) copied to %s", self.directory,
+                   fingerprint(tok), tok.vocab_size, tokenizer_path)
     if not os.path.exists(stats_path):
       vocab_stats_lib.save(vocab_stats_lib.load(os.path.join(self.directory, STATS)),
                            stats_path)
