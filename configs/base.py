@@ -16,12 +16,16 @@ def get_config() -> ml_collections.ConfigDict:
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
   # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
-  # (e.g. 'tfds:wikipedia/20230601.en:train'). See mlmjax/data/sources.py.
+  # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
+  # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
+  # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
+  # Prepared data fixes it when it is prepared (a run with another value is refused).
   config.data.eval_every_nth_document = 50
   # Local documents longer than this many characters are split at whitespace (with a warning),
-  # so a file without line breaks cannot blow up memory or a single row of work.
+  # so a file without line breaks cannot blow up memory or a single row of work. (Prepared
+  # data: applied when it was prepared.)
   config.data.max_document_chars = 100_000
   # Data shards: shard s reads documents s::num_shards and fills rows s*B/n..(s+1)*B/n of
   # every global batch of B rows; each process reads a block of shards. 0: one per process.
@@ -38,9 +42,18 @@ def get_config() -> ml_collections.ConfigDict:
   # Training rows are shuffled within windows of this many rows before batching (seeded and
   # checkpointed), so the rows of one long document spread over many batches; 0 or 1: off.
   config.data.row_shuffle_window = 1024
+  # grain worker processes building (and masking) training batches; 0: in the training process.
+  # Batches, masks and checkpointed positions are the same for every value. Each worker walks
+  # the whole stream and builds every n-th batch: worth it with prepared data (with raw text
+  # every worker also tokenizes everything).
+  config.data.worker_count = 0
+  # Training batches put on the devices ahead of the step that needs them, by a background
+  # thread, so input is built while the device computes; 0: built when the step asks for it.
+  config.data.device_prefetch = 2
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
+  # Prepared data brings its own tokenizer; a path here must name that same tokenizer.
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
@@ -85,7 +98,8 @@ def get_config() -> ml_collections.ConfigDict:
   # adaptive: weight of the old estimate in the running per-token loss average at each update.
   config.masking.adaptive_decay = 0.9
   # Token counts (frequency, unigram) come from at most this many training documents, counted
-  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer.
+  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer. (Prepared data brings
+  # the counts it was prepared with.)
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()

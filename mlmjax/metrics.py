@@ -136,4 +136,6 @@ def log_progress(step: int, total: int, m: dict[str, float]) -> None:
   if "tokens_per_sec" in m:
     parts += [f"{m['tokens_per_sec']:,.0f} tok/s", f"MFU {100 * m['mfu']:.1f}%",
               f"ETA {_duration(m['eta_sec'])}"]
+  if "input_wait_fraction" in m:  # of wall time, the loop waiting for its next batch
+    parts.append(f"input wait {100 * m['input_wait_fraction']:.1f}%")
   logging.info(" | ".join(parts))

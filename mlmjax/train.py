@@ -32,6 +32,7 @@ from mlmjax import steps
 from mlmjax import workdir as workdir_lib
 from mlmjax import workdir_lock
 from mlmjax.data import input as input_lib
+from mlmjax.data import prefetch
 
 
 class NonFiniteError(errors.UserError):
@@ -139,9 +140,14 @@ class _Trainer:
     self.phase = self.phase_config = self.data = None
 
   def _open_phase(self, phase: phases_lib.Phase):
-    """The input of `phase` (its first batch trains step phase.start + 1)."""
+    """The input of `phase` (its first batch trains step phase.start + 1), prefetched onto
+    the mesh while the device computes."""
+    if self.data is not None:
+      self.data.close()
     self.phase, self.phase_config = phase, phases_lib.phase_config(self.config, phase)
-    self.data = self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at)
+    self.data = prefetch.DevicePrefetcher(
+        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at),
+        self.mesh, self.config.data.device_prefetch)
     return self.data
 
   def _restore(self):
@@ -197,7 +203,8 @@ class _Trainer:
     if step % self.config.train.log_every_steps == 0 or step == self.config.train.steps:
       row = self.loop.take_row(m)
       if row:
-        row.update(self.throughput.update(step))
+        row.update(self.throughput.update(step),
+                   input_wait_fraction=self.data.take_wait_fraction())
         metrics_lib.log_progress(step, self.config.train.steps, row)
         self.writer.write(step, row)
 
@@ -225,8 +232,7 @@ class _Trainer:
           self._set_throughput_shapes()
           logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
                        self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
-        state, step_metrics = self.train_step(state,
-                                              sharding.to_device(next(self.data), self.mesh))
+        state, step_metrics = self.train_step(state, next(self.data))
         # At most two steps in flight: block on the previous one (needed by the CPU backend
         # with many devices, and free elsewhere since the device is busy with this step).
         if pending is not None:
@@ -254,6 +260,7 @@ class _Trainer:
       if pending is not None:
         self._finish(*pending)
     finally:  # also on errors: let a pending async save finish rather than lose it
+      self.data.close()
       self.ckpt.close()
       self.writer.close()
     if last > self.start:

@@ -60,7 +60,8 @@ def _final(workdir):
   rows = []
   for line in open(os.path.join(workdir, "metrics.jsonl")):
     row = json.loads(line)
-    rows.append({k: v for k, v in row.items() if k not in ("tokens_per_sec", "eta_sec")})
+    timings = ("tokens_per_sec", "eta_sec", "input_wait_fraction")
+    rows.append({k: v for k, v in row.items() if k not in timings})
   return state, rows
 
 

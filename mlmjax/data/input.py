@@ -2,6 +2,9 @@
 
     config.data.source -> (train, held-out) documents -> tokenizer (trained once, saved) ->
     vocab stats (saved) -> gazetteer -> masker -> a training iterator per phase, eval batches
+
+Prepared data (`prepared:DIR`) brings its split, tokenizer and stats; they are copied into the
+workdir as a raw source's would be made there.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from mlmjax.data import masking
 from mlmjax.data import pipeline
+from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
@@ -24,8 +28,8 @@ from mlmjax.data.masking import entities
 
 @dataclasses.dataclass
 class RunInput:
-  train_source: sources.TextSource
-  eval_source: sources.TextSource
+  train_source: sources.TextSource | prepared.PreparedSplit
+  eval_source: sources.TextSource | prepared.PreparedSplit
   tokenizer: tokenizer_lib.Tokenizer
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
@@ -60,16 +64,29 @@ def _process_0_first(make):
 
 def build(config, tokenizer_path: str, stats_path: str) -> RunInput:
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
-  these paths, else made and saved there."""
-  train_source, eval_source = sources.load_splits(
-      config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
+  these paths, else made (or, for prepared data, copied from it) and saved there."""
+  if prepared.is_prepared(config.data.source):
+    data = prepared.open_source(config.data.source)
+    data.check(config, pipeline.num_shards(config))
+    train_source, eval_source = data.split("train"), data.split("eval")
+
+    def tokenizer_and_stats():
+      return data.tokenizer_and_stats(tokenizer_path, stats_path)
+  else:
+    train_source, eval_source = sources.load_splits(
+        config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
+
+    def tokenizer_and_stats():
+      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_path)
+      return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
+                                                  config.masking.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
-
-  def tokenizer_and_stats():
-    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_path)
-    return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
-                                                config.masking.stats_max_documents)
+  if config.data.worker_count and not prepared.is_prepared(config.data.source):
+    logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
+                    " (each builds every %d-th batch of one shared stream); prepare the data"
+                    " once (python -m mlmjax.prepare) to gain from workers",
+                    config.data.worker_count, config.data.worker_count)
   tok, stats = _process_0_first(tokenizer_and_stats)
   gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)

