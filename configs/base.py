@@ -11,6 +11,11 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Seed of everything random: data order, packing, masks, parameter init, dropout.
   config.seed = 0
+  # 'hf:FOLDER' starts a new run from a Hugging Face BERT/RoBERTa/RoFormer checkpoint folder
+  # (e.g. a published model, or one `python -m mlmjax.export` wrote): its weights, its
+  # tokenizer, and model.* architecture keys from its config.json; the optimizer starts fresh.
+  # '' trains from scratch. A resumed run continues from its own checkpoints. Needs [hf].
+  config.init_from = ""
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt

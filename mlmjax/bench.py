@@ -56,7 +56,7 @@ def main(argv):
   config_check.check(config)
   with tempfile.TemporaryDirectory() as tmp:
     run = workdir_lib.Workdir(tmp)
-    inp = input_lib.build(config, run.tokenizer, run.vocab_stats)
+    inp = input_lib.build(config, run.tokenizers, run.vocab_stats)
   tok = inp.tokenizer
 
   # Host pipeline alone: read, split, tokenize, pack/pair, mask (config.masking.strategy).

@@ -26,7 +26,7 @@ from mlmjax.data.masking import entities
 class RunInput:
   train_source: sources.TextSource
   eval_source: sources.TextSource
-  tokenizer: tokenizer_lib.Tokenizer
+  tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
 
@@ -57,16 +57,16 @@ def _process_0_first(make):
   return out if jax.process_index() == 0 else make()
 
 
-def build(config, tokenizer_path: str, stats_path: str) -> RunInput:
+def build(config, tokenizer_paths: dict[str, str], stats_path: str) -> RunInput:
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
-  these paths, else made and saved there."""
+  these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made and saved there."""
   train_source, eval_source = sources.load_splits(
       config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
 
   def tokenizer_and_stats():
-    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_path)
+    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_paths)
     return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
                                                 config.masking.stats_max_documents)
   tok, stats = _process_0_first(tokenizer_and_stats)

@@ -42,16 +42,16 @@ _HOST_ONLY = ("sequence_keys", "epochs")
 class DocumentReader:
   """Picklable: source index -> the document's tokenized sentences (empty ones dropped)."""
 
-  def __init__(self, source, model_proto: bytes):
+  def __init__(self, source, tokenizer_bytes: bytes):
     self.source = source
-    self._model_proto = model_proto
-    self._sp = None
+    self._tokenizer_bytes = tokenizer_bytes  # tok.to_bytes()
+    self._tok = None
     self._warned = False
 
   def sentences(self, index: int) -> list[np.ndarray]:
-    if self._sp is None:  # built lazily so grain worker processes each load their own
-      self._sp = tokenizer_lib.Tokenizer(self._model_proto).sp
-    ids = self._sp.encode(sentences_lib.split_sentences(self.source[index]))
+    if self._tok is None:  # built lazily so grain worker processes each load their own
+      self._tok = tokenizer_lib.from_bytes(self._tokenizer_bytes)
+    ids = self._tok.encode(sentences_lib.split_sentences(self.source[index]))
     return [np.asarray(s, np.int32) for s in ids if s]
 
   def random_other(self, rng: np.random.Generator, not_index: int) -> list[np.ndarray]:
@@ -120,7 +120,7 @@ def _shard_dataset(config, tok, source, masker, word_start, seed: int, shuffle: 
   """Batches of this shard's rows of each global batch: documents shard::num_shards."""
   shards = num_shards(config)
   rows_per_shard = config.train.batch_size // shards
-  reader = DocumentReader(source, tok.model_proto)
+  reader = DocumentReader(source, tok.to_bytes())
   doc_ids = grain.MapDataset.range(len(source))[shard::shards]
   if len(doc_ids) == 0:
     raise DataError(f"{source!r} has {len(source)} documents: fewer than the {shards} data"
