@@ -47,6 +47,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
+  # A folder of Hugging Face tokenizer files (WordPiece, BPE, ...; needs the [hf] extra) works
+  # too: its special tokens are mapped onto those ids (see mlmjax/data/hf_tokenizer.py).
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000

@@ -14,7 +14,7 @@ Where the two models differ in more than names, the conversion keeps the functio
 - Rotary layout: mlmjax rotates the pairs (i, i + H/2) of each head (rotate-half); RoFormer the
   pairs (2i, 2i+1), both at frequency base^(-2i/H). Permuting the query and key output columns
   of each head the same way maps one onto the other (q.k is unchanged by a shared permutation).
-- Token type 0 adds nothing in mlmjax (embeddings.py: a row shared by every token only slows
+- Token type 0 adds nothing in mlmjax (model.py: a row shared by every token only slows
   learning), HF always adds row 0. Export writes row 0 as zeros; import folds HF's row 0 into
   the position table (pos' = pos + T0, T'[k] = T[k] - T0: the same sum for every type). A
   rotary model has no position table: there T0 goes into the token embedding, which the tied
@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import jax
 import numpy as np
 
 from mlmjax import errors
@@ -78,29 +79,19 @@ def unstack_layers(params: Params) -> Params:
   blocks = params["blocks"]
   if all(isinstance(k, int) for k in blocks):
     return params
-  num_layers = len(_leaves(blocks)[0][1])
-  per_layer = {i: _map_leaves(blocks, lambda x, i=i: np.asarray(x[i]))
-               for i in range(num_layers)}
-  return {**params, "blocks": per_layer}
+  num_layers = len(jax.tree.leaves(blocks)[0])
+  return {**params, "blocks": {i: jax.tree.map(lambda x, i=i: np.asarray(x[i]), blocks)
+                               for i in range(num_layers)}}
 
 
 def stack_layers(params: Params) -> Params:
   """The inverse: per-layer `blocks` -> one dict of arrays with a leading layer axis."""
   layers = [params["blocks"][i] for i in sorted(params["blocks"])]
-  stacked = _map_leaves(layers[0], lambda _: None)
-  for path, _ in _leaves(layers[0]):
-    _set(stacked, path, np.stack([_get(layer, path) for layer in layers]))
-  return {**params, "blocks": stacked}
+  return {**params, "blocks": jax.tree.map(lambda *xs: np.stack(xs), *layers)}
 
 
-def _leaves(tree, path=()) -> list[tuple[tuple, np.ndarray]]:
-  if isinstance(tree, dict):
-    return [leaf for k in tree for leaf in _leaves(tree[k], path + (k,))]
-  return [(path, tree)]
-
-
-def _map_leaves(tree, fn):
-  return {k: _map_leaves(v, fn) for k, v in tree.items()} if isinstance(tree, dict) else fn(tree)
+def _name(path: tuple) -> str:
+  return "/".join(map(str, path))
 
 
 def _get(tree, path):
@@ -126,18 +117,23 @@ class _Rule:
   head: bool = False  # part of a pretraining head: a checkpoint may lack it
 
 
-def _same(x):
-  return x
+def _copy(path: tuple, name: str, head: bool = False) -> _Rule:
+  return _Rule(path, (name,), lambda x: (x,), lambda x: x, head)
 
 
 def _dense(path: tuple, name: str, head: bool = False) -> list[_Rule]:
-  return [_Rule(path + ("kernel",), (name + ".weight",), lambda k: (k.T,), lambda w: w.T, head),
-          _Rule(path + ("bias",), (name + ".bias",), lambda b: (b,), _same, head)]
+  def to_hf(k):
+    if k.ndim != 2:  # e.g. a gated MLP's [D, 2, F]: not a torch Linear
+      raise ConversionError(f"{_name(path)} has a {k.shape} kernel: not a linear layer of"
+                            " transformers' BERT")
+    return (k.T,)
+  return [_Rule(path + ("kernel",), (name + ".weight",), to_hf, lambda w: w.T, head),
+          _copy(path + ("bias",), name + ".bias", head)]
 
 
 def _norm(path: tuple, name: str, head: bool = False) -> list[_Rule]:
-  return [_Rule(path + ("scale",), (name + ".weight",), lambda s: (s,), _same, head),
-          _Rule(path + ("bias",), (name + ".bias",), lambda b: (b,), _same, head)]
+  return [_copy(path + ("scale",), name + ".weight", head),
+          _copy(path + ("bias",), name + ".bias", head)]
 
 
 def rotary_permutation(head_size: int) -> np.ndarray:
@@ -177,22 +173,21 @@ def _attention(path: tuple, name: str, num_heads: int, rope: bool) -> list[_Rule
       _Rule(path + ("out_kernel",), (f"{name}.output.dense.weight",),
             lambda k: (k.reshape(-1, k.shape[-1]).T,),
             lambda w: w.T.reshape(num_heads, -1, w.shape[0])),
-      _Rule(path + ("out_bias",), (f"{name}.output.dense.bias",), lambda b: (b,), _same),
+      _copy(path + ("out_bias",), f"{name}.output.dense.bias"),
   ]
 
 
 def _rules(arch: Arch, num_layers: int, num_heads: int, nsp: bool) -> list[_Rule]:
   p, mlm = arch.prefix, arch.mlm_names
   rules = [
-      _Rule(("token_embedding",), (p + "embeddings.word_embeddings.weight",),
-            lambda e: (e,), _same),
+      _copy(("token_embedding",), p + "embeddings.word_embeddings.weight"),
       # Row 0 written as zeros: mlmjax never adds it (see the module docstring).
       _Rule(("type_embedding",), (p + "embeddings.token_type_embeddings.weight",),
-            lambda t: (np.concatenate([np.zeros_like(t[:1]), t[1:]]),), _same),
+            lambda t: (np.concatenate([np.zeros_like(t[:1]), t[1:]]),), lambda t: t),
       *_norm(("embedding_norm",), p + "embeddings.LayerNorm"),
       *_dense(("mlm_transform",), mlm["transform"], head=True),
       *_norm(("mlm_norm",), mlm["norm"], head=True),
-      _Rule(("mlm_bias",), (mlm["bias"],), lambda b: (b,), _same, head=True),
+      _copy(("mlm_bias",), mlm["bias"], head=True),
   ]
   if not arch.rope:
     off = arch.position_offset
@@ -220,15 +215,28 @@ def to_hf(params: Params, arch: Arch, model_cfg, vocab_to_hf: np.ndarray | None 
   """The HF state dict (float32) of mlmjax `params`, for `model_cfg` (config.model). The MLM
   decoder weight is left out: transformers ties it to the word embeddings on load.
   `vocab_to_hf` (mlmjax id -> HF id) puts the vocabulary rows in the tokenizer's own order."""
-  params = unstack_layers(_map_leaves(params, lambda x: np.asarray(x, np.float32)))
+  params = unstack_layers(jax.tree.map(lambda x: np.asarray(x, np.float32), params))
   if vocab_to_hf is not None:
     hf_order = np.argsort(vocab_to_hf)  # HF id -> mlmjax id
     params = {**params, "token_embedding": params["token_embedding"][hf_order],
               "mlm_bias": params["mlm_bias"][hf_order]}
-  out = {}
+  out, used = {}, set()
   for rule in _rules(arch, len(params["blocks"]), model_cfg.num_heads, "pooler" in params):
-    for name, value in zip(rule.names, rule.to_hf(_get(params, rule.path))):
+    try:
+      leaf = _get(params, rule.path)
+    except KeyError:
+      raise ConversionError(f"the model has no {_name(rule.path)}, which transformers'"
+                            f" {arch.model_type} needs") from None
+    used.add(rule.path)
+    for name, value in zip(rule.names, rule.to_hf(leaf)):
       out[name] = np.ascontiguousarray(value, np.float32)
+  # A parameter no rule maps (another block design) must not be dropped silently.
+  unused = [_name(tuple(getattr(k, "key", k) for k in path))
+            for path, _ in jax.tree_util.tree_leaves_with_path(params)
+            if tuple(getattr(k, "key", k) for k in path) not in used]
+  if unused:
+    raise ConversionError(f"transformers' {arch.model_type} has no place for"
+                          f" {', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''}")
   if arch.rope:  # written so that nothing is left to transformers' initialisation
     out[arch.prefix + "encoder.embed_positions.weight"] = roformer_sinusoids(
         model_cfg.max_position_embeddings, model_cfg.hidden_size // model_cfg.num_heads)
@@ -247,7 +255,7 @@ def from_hf(state: dict[str, np.ndarray], arch: Arch, model_cfg, nsp: bool,
     present = [n in state for n in rule.names]
     if not all(present):
       if rule.head and not any(present):
-        missing_heads.append("/".join(map(str, rule.path)))
+        missing_heads.append(_name(rule.path))
         continue
       absent = next(n for n, ok in zip(rule.names, present) if not ok)
       raise ConversionError(f"the checkpoint has no tensor {absent!r}")

@@ -20,7 +20,6 @@ import shutil
 from absl import logging
 import jax
 import numpy as np
-from flax import nnx
 
 from mlmjax import errors
 from mlmjax import hf_convert
@@ -73,8 +72,9 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
   shutil.rmtree(tmp, ignore_errors=True)
   hf_tokenizer.write_files(files, tmp)
   hf_config.save_pretrained(tmp)
-  safetensors_numpy.save_file(state, os.path.join(tmp, "model.safetensors"),
-                              metadata={"format": "pt"})  # transformers requires "pt"
+  weights = os.path.join(tmp, "model.safetensors")
+  safetensors_numpy.save_file(state, weights, metadata={"format": "pt"})  # transformers: "pt"
+  os.chmod(weights, 0o644)  # safetensors creates it owner-only, unlike the other files
   if os.path.isdir(out):
     os.rmdir(out)  # empty, checked above
   os.rename(tmp, out)
@@ -93,8 +93,7 @@ def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]]) -> list[np.n
                                              ).astype(np.int32),
            "positions": positions, "token_type_ids": np.zeros_like(ids),
            "masked_positions": positions}
-  forward = jax.jit(lambda params, b: nnx.merge(run.graphdef, params)(b)["mlm_logits"])
-  logits = np.asarray(forward(run.state["params"], batch))
+  logits = np.asarray(run.forward(batch)["mlm_logits"])
   return [logits[i, :len(row)] for i, row in enumerate(rows)]
 
 

@@ -111,6 +111,11 @@ def test_export_then_import_gives_back_the_same_parameters(model_type):
   assert missing == []
   jax.tree.map(np.testing.assert_array_equal, back, params)
 
+  # Parameters of another block design are refused, never dropped silently.
+  with pytest.raises(hf_convert.ConversionError,
+                     match=f"transformers' {model_type} has no place for final_norm/scale"):
+    hf_convert.to_hf({**params, "final_norm": {"scale": np.ones(16)}}, arch, cfg, to_hf)
+
   settings = hf_convert.hf_settings(cfg, V, pad_id=to_hf[0])
   hf = transformers.AutoModelForMaskedLM.from_config(transformers.AutoConfig.for_model(
       **settings))

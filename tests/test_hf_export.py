@@ -27,7 +27,8 @@ from mlmjax.data import sentences
 transformers.logging.set_verbosity_error()
 
 TEXTS = ["Café, naïve résumé: “quoted” — 3.14159 and 2,024 years!",
-         "And the LORD spake unto Moses, saying,", "ÆØÅ ﬁ ＡＢＣ １２３ x", "don't (can't) won't..."]
+         "And the LORD spake unto Moses, saying,", "ÆØÅ ﬁ ＡＢＣ １２３ x",
+         "don't (can't) won't..."]
 MASKED_TEXT = "In the beginning God created the [MASK] and the earth."
 
 
@@ -100,8 +101,10 @@ def _hf_batch(batch: dict, to_hf: np.ndarray, model_type: str) -> dict:
   out = {"input_ids": torch.from_numpy(to_hf[batch["input_ids"]]),
          "attention_mask": torch.from_numpy((batch["segment_ids"] > 0).astype(np.int64)),
          "token_type_ids": torch.from_numpy(batch["token_type_ids"].astype(np.int64))}
-  if model_type == "bert":  # RoFormer's positions are always 0..T-1
+  if model_type == "bert":  # RoFormer's positions are always 0..T-1, RoBERTa's 2..T+1
     out["position_ids"] = torch.from_numpy(batch["positions"].astype(np.int64))
+  if model_type == "roberta":  # one token type; mlmjax's type 1 starts equal to type 0
+    out["token_type_ids"] = torch.zeros_like(out["token_type_ids"])
   return out
 
 
@@ -224,12 +227,21 @@ def test_round_trip_export_import_continues_with_the_exported_models_loss(
   saved = json.load(open(os.path.join(workdir, "config.json")))
   assert saved["model"]["hidden_size"] == 32 and saved["init_from"] == f"hf:{bert_export}"
   assert os.path.isdir(os.path.join(workdir, "tokenizer_hf"))  # the run needs only its workdir
+  # The same command again resumes from the run's own checkpoint, not from the export.
+  train.train_and_evaluate(config, workdir)
+  assert [r["step"] for r in _metrics(workdir) if "loss" in r] == [1, 2, 3, 4]
 
 
-def _local_wordpiece_bert(folder: str, corpus) -> None:
-  """A BERT made by transformers here: a WordPiece vocabulary learned from the corpus and laid
-  out like BERT's (specials at 0 and 100-103, [unused] rows), random weights, no NSP head.
-  Its shapes are _bert_config's (512 ids), so the run reuses that run's compiled steps."""
+# Shapes of _bert_config (512 ids, 64 positions, 2 types, LayerNorm eps 1e-12), so the runs
+# from these checkpoints reuse that run's compiled steps.
+_SIZES = dict(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=64, layer_norm_eps=1e-12)
+
+
+def _local_wordpiece_bert(folder: str, corpus) -> list[str]:
+  """A BERT made by transformers here: a WordPiece vocabulary learned from the corpus, laid out
+  like BERT's (specials at 0 and 100-103 between [unused] rows), random weights, no NSP head.
+  Returns the special tokens (pad, unk, cls, sep, mask)."""
   from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
   wp = BertWordPieceTokenizer(lowercase=True)
   wp.train_from_iterator(corpus[0][:200], vocab_size=600, special_tokens=[])
@@ -241,18 +253,44 @@ def _local_wordpiece_bert(folder: str, corpus) -> None:
   with open(os.path.join(folder, "vocab.txt"), "w", encoding="utf-8") as f:
     f.write("\n".join(vocab) + "\n")
   transformers.BertTokenizerFast(os.path.join(folder, "vocab.txt")).save_pretrained(folder)
-  torch.manual_seed(0)
   model = transformers.BertForMaskedLM(transformers.BertConfig(
-      vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-      intermediate_size=64, max_position_embeddings=64, type_vocab_size=2))
-  with torch.no_grad():  # type row 0 must not be zero, or the fold into positions goes untested
-    model.bert.embeddings.token_type_embeddings.weight.normal_(0.0, 0.5)
+      **_SIZES, max_position_embeddings=64, type_vocab_size=2))
+  _save_with_type_row_zero(model, folder)
+  return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def _local_bpe_roberta(folder: str, corpus) -> list[str]:
+  """A RoBERTa made here: byte-level BPE learned from the corpus with RoBERTa's special ids
+  (<s>=0 <pad>=1 </s>=2 <unk>=3, <mask> last), one token type, positions offset by 2."""
+  from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+  bpe = ByteLevelBPETokenizer()
+  bpe.train_from_iterator(corpus[0][:200], vocab_size=511,
+                          special_tokens=["<s>", "<pad>", "</s>", "<unk>"])
+  os.makedirs(folder)
+  bpe.save_model(folder)
+  transformers.RobertaTokenizerFast(os.path.join(folder, "vocab.json"),
+                                    os.path.join(folder, "merges.txt")).save_pretrained(folder)
+  model = transformers.RobertaForMaskedLM(transformers.RobertaConfig(
+      **_SIZES, max_position_embeddings=66, type_vocab_size=1, pad_token_id=1))
+  _save_with_type_row_zero(model, folder)
+  return ["<pad>", "<unk>", "<s>", "</s>", "<mask>"]
+
+
+def _save_with_type_row_zero(model, folder: str) -> None:
+  """Saves random weights whose token type row 0 is far from zero: mlmjax must fold it."""
+  torch.manual_seed(0)
+  with torch.no_grad():
+    model.base_model.embeddings.token_type_embeddings.weight.normal_(0.0, 0.5)
   model.save_pretrained(folder)
 
 
-def test_wordpiece_bert_made_by_transformers_imports_and_trains(tmp_path, corpus):
-  folder = str(tmp_path / "wordpiece_bert")
-  _local_wordpiece_bert(folder, corpus)
+@pytest.mark.parametrize("make", [_local_wordpiece_bert, _local_bpe_roberta])
+def test_checkpoint_made_by_transformers_imports_and_trains(make, tmp_path, corpus):
+  """WordPiece BERT and byte-level BPE RoBERTa: the first loss is transformers' own on the
+  same batch (special ids, positions and type 0 mapped right), the run trains, and exports
+  back to the same tokenizer files and ids."""
+  folder = str(tmp_path / "hf_model")
+  specials = make(folder, corpus)
   config = _bert_config()
   config.init_from = f"hf:{folder}"
   workdir = str(tmp_path / "run")
@@ -262,24 +300,27 @@ def test_wordpiece_bert_made_by_transformers_imports_and_trains(tmp_path, corpus
   assert np.isfinite([r["loss"] for r in rows]).all()
 
   tok = workdir_lib.load_run(workdir).tokenizer
-  assert tok.kind == "huggingface" and list(tok.vocab_to_hf[:5]) == [0, 100, 101, 102, 103]
-  # Word starts for whole-word masking: WordPiece marks continuations ("##ing") instead.
-  pieces = tok.word_pieces()
-  [the], cont = tok.encode(["the"])[0], next(
-      i for i in range(len(tok)) if tok.id_to_piece(i).startswith("##"))
-  assert pieces[the] == "\u2581the" and pieces[cont] == tok.id_to_piece(cont)[2:]
+  hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
+  assert tok.kind == "huggingface"
+  assert list(tok.vocab_to_hf[:5]) == hf_tok.convert_tokens_to_ids(specials)
+  assert tok.encode(TEXTS) == [tok.vocab_to_hf.argsort()[ids].tolist() for ids in hf_tok(
+      TEXTS, add_special_tokens=False)["input_ids"]]
+  # Word starts for whole-word masking: WordPiece marks continuations ("##ing"), byte-level
+  # BPE word starts ("Ġthe"); both become sentencepiece's "▁the".
+  [the] = tok.encode([" the"])[0]
+  assert tok.word_pieces()[the] == "\u2581the"
   batch = _first_batch(hf_import.configure(config), workdir)
-  assert (batch["input_ids"][:, 0] == 2).all()  # [CLS] is mlmjax's id 2 ...
-  expected = _hf_losses(folder, batch, tok.vocab_to_hf)  # ... and HF's 101 for transformers
+  assert (batch["input_ids"][:, 0] == 2).all()  # [CLS] is mlmjax's id 2, HF's own below
+  expected = _hf_losses(folder, batch, tok.vocab_to_hf)
   assert rows[0]["loss"] == pytest.approx(expected["loss"], abs=1e-4)
 
-  # Exported again: the same tokenizer (the original files and ids), the trained weights.
   out = str(tmp_path / "export")
   run = hf_export.export(workdir, out)
   assert hf_export.verify(run, out) <= 1e-4
   assert open(os.path.join(out, "tokenizer.json")).read() == open(
       os.path.join(folder, "tokenizer.json")).read()
-  assert json.load(open(os.path.join(out, "config.json")))["pad_token_id"] == 0
+  assert json.load(open(os.path.join(out, "config.json")))["pad_token_id"] == (
+      hf_tok.pad_token_id)
 
 
 def test_bad_init_from_and_export_targets_fail_with_one_clear_line(tmp_path, bert_run,

@@ -175,7 +175,8 @@ def _pretrained_files(path: str) -> dict[str, str]:
     raise HFTokenizerError(f"tokenizer folder {path!r} does not exist")
   try:
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, use_fast=True)
-  except (OSError, ValueError, TypeError) as e:
+  # ImportError: a tokenizer class that needs another package (RoFormer's own needs jieba).
+  except (OSError, ValueError, TypeError, ImportError) as e:
     reason = " ".join(str(e).split())[:300]
     raise HFTokenizerError(f"{path}: no Hugging Face tokenizer could be read ({reason})"
                            ) from None
@@ -191,9 +192,11 @@ def from_sentencepiece(tok, model_max_length: int) -> dict[str, str]:
   template."""
   from tokenizers import processors  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from transformers import convert_slow_tokenizer  # pylint: disable=g-import-not-at-top
+  # (`from transformers import convert_slow_tokenizer` may give the function of that name.)
+  from transformers.convert_slow_tokenizer import (  # pylint: disable=g-import-not-at-top
+      SpmConverter)
 
-  class _Converter(convert_slow_tokenizer.SpmConverter):
+  class _Converter(SpmConverter):
     def post_processor(self):
       return processors.TemplateProcessing(
           single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",

@@ -96,8 +96,7 @@ def piece_tables(pieces: Sequence[str], special: Sequence[bool]) -> dict[str, np
   return out
 
 
-def compute(tok, documents: Sequence[str],
-            max_documents: int) -> VocabStats:
+def compute(tok, documents: Sequence[str], max_documents: int) -> VocabStats:
   """Piece tables of `tok` and token counts over at most `max_documents` documents.
 
   When there are more documents, an evenly spaced sample of `max_documents` is counted (not
@@ -144,8 +143,8 @@ def load(path: str) -> VocabStats:
   return VocabStats(**fields)
 
 
-def get_vocab_stats(tok, documents: Sequence[str], path: str,
-                    max_documents: int) -> VocabStats:
+def get_vocab_stats(tok, documents: Sequence[str], path: str, max_documents: int
+                    ) -> VocabStats:
   """The run's stats: the file at `path` (the workdir's) if present, else computed and saved
   there.
 
