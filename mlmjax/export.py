@@ -11,6 +11,7 @@ mlmjax's (`--verify=false` skips this).
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 from absl import app
@@ -36,15 +37,12 @@ def main(argv):
     kind = "RoFormer" if run.config.model.position_embedding_type == "rope" else "BERT"
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
-    if _VERIFY.value:
-      try:
-        import torch  # pylint: disable=g-import-not-at-top,unused-import
-      except ImportError:
-        print("not verified: torch is not installed (pip install -e '.[hf]')")
-      else:
-        diff = hf_export.verify(run, _OUT.value)
-        print(f"verified with transformers: max |logit difference| {diff:.2e} on"
-              f" {hf_export.SAMPLE_TEXT!r}")
+    if _VERIFY.value and importlib.util.find_spec("torch") is None:
+      print("not verified: torch is not installed (pip install -e '.[hf]')")
+    elif _VERIFY.value:
+      diff = hf_export.verify(run, _OUT.value)
+      print(f"verified with transformers: max |logit difference| {diff:.2e} on"
+            f" {hf_export.SAMPLE_TEXT!r}")
   except errors.UserError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)

@@ -88,8 +88,8 @@ def read_weights(folder: str) -> dict[str, np.ndarray]:
     try:
       import torch  # pylint: disable=g-import-not-at-top
     except ImportError:
-      raise CheckpointReadError(f"{folder} holds pytorch_model.bin: install torch (the [hf] extra)"
-                         " to read it") from None
+      raise CheckpointReadError(f"{folder} holds pytorch_model.bin: install torch (the [hf]"
+                                " extra) to read it") from None
     loaded = torch.load(os.path.join(folder, "pytorch_model.bin"), map_location="cpu",
                         weights_only=True)
     state = {k: v.float().numpy() for k, v in loaded.items()}
@@ -109,9 +109,15 @@ def _with_prefix(state: dict, arch: hf_convert.Arch) -> dict:
   return {k if k.startswith(heads) else arch.prefix + k: v for k, v in state.items()}
 
 
-def imported_params(config, tok, abstract_params) -> tuple[dict, list[str]]:
-  """The checkpoint's parameters in mlmjax's layout (numpy), checked against the model's
-  shapes, and the names of the head parameters it lacks."""
+def _by_path(tree) -> dict[str, np.ndarray]:
+  """{'blocks/0/mlp_in/kernel': leaf} (list indices and dict keys alike)."""
+  return {"/".join(str(getattr(k, "key", k)) for k in path): x
+          for path, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def imported_params(config, tok, abstract_params) -> tuple[dict[str, np.ndarray], list[str]]:
+  """The checkpoint's parameters in mlmjax's layout, by path (numpy), checked against the
+  model's shapes, and the names of the head parameters it lacks."""
   folder = config_check.init_from_folder(config.init_from)
   arch, _ = _arch_and_settings(config)
   state = _with_prefix(read_weights(folder), arch)
@@ -123,18 +129,14 @@ def imported_params(config, tok, abstract_params) -> tuple[dict, list[str]]:
     raise hf_convert.ConversionError(f"init_from={config.init_from!r}: {e}") from None
   if not all(isinstance(k, int) for k in abstract_params["blocks"]):
     params = hf_convert.stack_layers(params)  # a scanned model: one stacked block
-  wanted = dict(_shapes(abstract_params))
-  for name, shape in _shapes(params):
-    if wanted.get(name) != shape:
+  params, wanted = _by_path(params), _by_path(abstract_params)
+  for name, value in params.items():
+    shape = wanted[name].shape if name in wanted else "absent"
+    if np.shape(value) != shape:
       raise hf_convert.ConversionError(
-          f"init_from={config.init_from!r}: {name} is {shape} in the checkpoint and"
-          f" {wanted.get(name, 'absent')} in the model")
+          f"init_from={config.init_from!r}: {name} is {np.shape(value)} in the checkpoint and"
+          f" {shape} in the model")
   return params, missing
-
-
-def _shapes(tree) -> list[tuple[str, tuple]]:
-  return [("/".join(str(getattr(k, "key", k)) for k in path), tuple(np.shape(x)))
-          for path, x in jax.tree_util.tree_leaves_with_path(tree)]
 
 
 def initial_state(config, setup, tok):
@@ -143,27 +145,18 @@ def initial_state(config, setup, tok):
   the optimizer state (Adam/LAMB moments start at zero whatever the parameters)."""
   state = setup.init_fn()
   params, missing = imported_params(config, tok, setup.abstract_state["params"])
-  shardings = setup.state_shardings["params"]
 
-  def place(path, fresh):
-    node = params
-    for k in path:
-      node = node.get(getattr(k, "key", k)) if isinstance(node, dict) else None
-      if node is None:
-        return fresh  # a head the checkpoint lacks
-    value = np.asarray(node, np.float32)
-    sharding = _get_path(shardings, path)
+  def place(path, fresh, sharding):
+    value = params.get("/".join(str(getattr(k, "key", k)) for k in path))
+    if value is None:
+      return fresh  # a head the checkpoint lacks
+    value = np.asarray(value, np.float32)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 
-  state["params"] = jax.tree_util.tree_map_with_path(place, state["params"])
-  num = sum(int(np.prod(np.shape(x))) for x in jax.tree.leaves(params))
-  logging.info("Initialised %s parameters from %s%s", f"{num:,}", config.init_from,
+  state["params"] = jax.tree_util.tree_map_with_path(place, state["params"],
+                                                     setup.state_shardings["params"])
+  logging.info("Initialised %s parameters from %s%s",
+               f"{sum(int(np.size(x)) for x in params.values()):,}", config.init_from,
                f"; not in the checkpoint, freshly initialised: {', '.join(missing)}"
                if missing else "")
   return state
-
-
-def _get_path(tree, path):
-  for k in path:
-    tree = tree[getattr(k, "key", k)]
-  return tree

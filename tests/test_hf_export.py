@@ -20,7 +20,6 @@ from mlmjax import hf_import
 from mlmjax import predict
 from mlmjax import train
 from mlmjax import workdir as workdir_lib
-from mlmjax.data import hf_tokenizer
 from mlmjax.data import input as input_lib
 from mlmjax.data import sentences
 
