@@ -62,7 +62,7 @@ class HFTokenizer:
     import tokenizers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
     self.files, self.path = files, path
     if "tokenizer.json" not in files or "tokenizer_config.json" not in files:
-      raise HFTokenizerError(f"{path}: no tokenizer.json and tokenizer_config.json")
+      raise HFTokenizerError(f"{path}: needs tokenizer.json and tokenizer_config.json")
     self.tk = tokenizers.Tokenizer.from_str(files["tokenizer.json"])
     # Whole texts, never cut or padded; and like sentencepiece's control symbols, a "[MASK]"
     # typed into a document is text, not the special token.
