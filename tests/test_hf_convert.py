@@ -1,6 +1,8 @@
 """hf_convert: the name mapping, layer stacking, the type-0 fold and the vocabulary permutation,
 checked against real `transformers` models (random, tiny) on CPU."""
 
+import json
+
 import jax
 import ml_collections
 import numpy as np
@@ -8,9 +10,11 @@ import pytest
 import torch
 import transformers
 from flax import nnx
+from safetensors import numpy as safetensors_numpy
 
 from configs import base
 from mlmjax import hf_convert
+from mlmjax import hf_import
 from mlmjax import model as model_lib
 from mlmjax.data import hf_tokenizer
 
@@ -158,3 +162,31 @@ def test_models_mlmjax_cannot_compute_exactly_are_refused(change, message):
   with pytest.raises(hf_convert.ConversionError, match=message.replace("(", r"\(").replace(
       ")", r"\)")):
     hf_convert.model_settings(config, pair_format=False)
+
+
+def test_weights_are_read_from_every_layout_transformers_writes(tmp_path):
+  """model.safetensors, sharded safetensors with an index, pytorch_model.bin; old TF names
+  (gamma/beta) and a bare encoder's unprefixed names read as transformers reads them."""
+  state = {"embeddings.LayerNorm.gamma": np.ones(4, np.float32),
+           "embeddings.LayerNorm.beta": np.zeros(4, np.float32),
+           "cls.predictions.bias": np.arange(3, dtype=np.float32)}
+  wanted = {"bert.embeddings.LayerNorm.weight": state["embeddings.LayerNorm.gamma"],
+            "bert.embeddings.LayerNorm.bias": state["embeddings.LayerNorm.beta"],
+            "cls.predictions.bias": state["cls.predictions.bias"]}
+  single, sharded, pickled = (tmp_path / n for n in ("single", "sharded", "pickled"))
+  for folder in (single, sharded, pickled):
+    folder.mkdir()
+  safetensors_numpy.save_file(state, str(single / "model.safetensors"))
+  names = sorted(state)
+  for i, part in enumerate((names[:1], names[1:])):
+    safetensors_numpy.save_file({k: state[k] for k in part}, str(sharded / f"model-{i}.st"))
+  (sharded / "model.safetensors.index.json").write_text(json.dumps(
+      {"weight_map": {k: f"model-{int(k != names[0])}.st" for k in names}}))
+  torch.save({k: torch.from_numpy(v) for k, v in state.items()}, str(pickled / "pytorch_model.bin"))
+  for folder in (single, sharded, pickled):
+    read = hf_import._with_prefix(hf_import.read_weights(str(folder)), hf_convert.Arch("bert"))
+    assert sorted(read) == sorted(wanted)
+    for k, v in wanted.items():
+      np.testing.assert_array_equal(read[k], v)
+  with pytest.raises(hf_import.CheckpointReadError, match="has no model.safetensors or"):
+    hf_import.read_weights(str(tmp_path))
