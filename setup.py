@@ -2,6 +2,16 @@
 
 from setuptools import find_packages, setup
 
+# `[hf]`: export to and import from Hugging Face transformers (mlmjax.export, init_from=hf:).
+# torch only loads exports (tests, export's check): pinned because this version resolves to
+# the CPU build here, where an unpinned torch pulls several GB of CUDA wheels.
+HF = [
+    "safetensors>=0.4.3,<1",
+    "tokenizers>=0.22,<0.23",
+    "torch==2.13.0",
+    "transformers==4.57.6",  # the last 4.x: v5 dropped classes and APIs mlmjax does not need
+]
+
 setup(
     name="mlmjax",
     version="0.1.0",
@@ -29,7 +39,9 @@ setup(
         "tqdm>=4.66",  # mlmjax.prepare's progress bar
     ],
     extras_require={
+        "hf": HF,
         "test": [
+            *HF,  # tests/test_hf_*.py load exports with transformers and torch
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

@@ -11,6 +11,11 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Seed of everything random: data order, packing, masks, parameter init, dropout.
   config.seed = 0
+  # 'hf:FOLDER' starts a new run from a Hugging Face BERT/RoBERTa/RoFormer checkpoint folder
+  # (e.g. a published model, or one `python -m mlmjax.export` wrote): its weights, its
+  # tokenizer, and model.* architecture keys from its config.json; the optimizer starts fresh.
+  # '' trains from scratch. A resumed run continues from its own checkpoints. Needs [hf].
+  config.init_from = ""
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
@@ -55,6 +60,8 @@ def get_config() -> ml_collections.ConfigDict:
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
   # Prepared data brings its own tokenizer; a path here must name that same tokenizer.
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
+  # A folder of Hugging Face tokenizer files (WordPiece, BPE, ...; needs the [hf] extra) works
+  # too: its special tokens are mapped onto those ids (see mlmjax/data/hf_tokenizer.py).
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000

@@ -82,7 +82,7 @@ def run(config) -> dict:
   config_check.check(config)
   with tempfile.TemporaryDirectory() as tmp:
     run_dir = workdir_lib.Workdir(tmp)
-    inp = input_lib.build(config, run_dir.tokenizer, run_dir.vocab_stats)
+    inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
   vocab_size = inp.tokenizer.vocab_size
   it = inp.train_iter(config)
   out = {"config": config_flags.get_config_filename(flags.FLAGS["config"]),

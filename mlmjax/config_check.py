@@ -33,6 +33,7 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
+  init_from_folder(config.init_from)
   _check_model(config)
   _check_data(config)
   _check_masking(config.masking)
@@ -62,6 +63,20 @@ def _check_objective(config) -> None:
   elif config.model.embedding_size not in (0, config.model.hidden_size):
     raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
                       " objective.kind='electra'")
+
+
+def init_from_folder(init_from: str) -> str | None:
+  """The Hugging Face model folder of `init_from='hf:FOLDER'` (None when empty)."""
+  if not init_from:
+    return None
+  if not init_from.startswith("hf:"):
+    raise ConfigError(f"init_from={init_from!r} must be 'hf:FOLDER', a Hugging Face model"
+                      " folder (config.json, model.safetensors, tokenizer files)")
+  folder = init_from[len("hf:"):]
+  if not os.path.isfile(os.path.join(folder, "config.json")):
+    raise ConfigError(f"init_from={init_from!r}: no config.json there (not a Hugging Face"
+                      " model folder)")
+  return folder
 
 
 def _check_model(config) -> None:

@@ -74,7 +74,7 @@ def main(argv):
     data = prepared.open_source(config.data.source)
     raw = copy.deepcopy(config)
     raw.data.source = data.manifest["source"]
-    raw.tokenizer.path = os.path.join(data.directory, prepared.TOKENIZER)
+    raw.tokenizer.path = data.tokenizer_path
     configs.append(raw)
   for c in configs:
     print(json.dumps(input_throughput(c, _SECONDS.value)), flush=True)

@@ -56,9 +56,9 @@ _PROGRESS_EVERY = 64  # documents between progress updates from a worker
 _worker: dict = {}  # what a worker process tokenizes (set by _init_worker)
 
 
-def _init_worker(splits, model_proto: bytes, out: str, num_files: int, dtype: str,
+def _init_worker(splits, tokenizer_bytes: bytes, out: str, num_files: int, dtype: str,
                  progress) -> None:
-  _worker.update(splits=splits, tok=tokenizer_lib.Tokenizer(model_proto), out=out,
+  _worker.update(splits=splits, tok=tokenizer_lib.from_bytes(tokenizer_bytes), out=out,
                  num_files=num_files, dtype=dtype, progress=progress)
 
 
@@ -92,7 +92,7 @@ def _tokenize(splits: dict, tok, out: str, num_files: int, workers: int) -> dict
   """Writes every file of every split; returns the counts per split."""
   ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited threads
   progress = ctx.Value("q", 0)
-  args = (splits, tok.model_proto, out, num_files, prepared.id_dtype(tok.vocab_size), progress)
+  args = (splits, tok.to_bytes(), out, num_files, prepared.id_dtype(tok.vocab_size), progress)
   tasks = [(split, f) for split in splits for f in range(num_files)]
   total = sum(len(docs) for docs in splits.values())
   totals = {s: {} for s in splits}
@@ -136,8 +136,8 @@ def prepare(config, source: str, out: str, num_files: int = 64,
   tmp = f"{out.rstrip(os.sep)}.partial-{os.getpid()}"
   os.makedirs(tmp)
   try:
-    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train,
-                                      os.path.join(tmp, prepared.TOKENIZER))
+    tok = tokenizer_lib.get_tokenizer(
+        config.tokenizer, train, {k: os.path.join(tmp, n) for k, n in prepared.TOKENIZERS.items()})
     logging.info("Counting tokens of up to %d documents for vocab stats...",
                  config.masking.stats_max_documents)
     vocab_stats.save(vocab_stats.compute(tok, train, config.masking.stats_max_documents),

@@ -23,6 +23,7 @@ from mlmjax import config_check
 from mlmjax import distributed
 from mlmjax import errors
 from mlmjax import flops
+from mlmjax import hf_import
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
 from mlmjax import model as model_lib
@@ -110,6 +111,8 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   `stop_after` ends this call early at that step, with a checkpoint, as an interruption would:
   the run continues exactly where it stopped on the next call (e.g. Colab sessions in chunks).
   """
+  if config.init_from:  # the checkpoint's architecture and tokenizer, before the checks
+    config = hf_import.configure(config)
   config_check.check(config)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
@@ -122,7 +125,7 @@ class _Trainer:
 
   def __init__(self, config, run: workdir_lib.Workdir):
     self.config, self.workdir = config, run
-    self.input = input_lib.build(config, run.tokenizer, run.vocab_stats)
+    self.input = input_lib.build(config, run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
     self.mesh = sharding.make_mesh(config.mesh)
     self.phases = phases_lib.plan(config)
@@ -157,6 +160,9 @@ class _Trainer:
         lambda step: self._open_phase(phases_lib.phase_at(self.phases, max(step - 1, 0))))
     if restored is None:
       self._open_phase(self.phases[0])
+      if self.config.init_from:
+        logging.info("Starting from %s in %s", self.config.init_from, self.workdir.path)
+        return 0, hf_import.initial_state(self.config, self.setup, self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])

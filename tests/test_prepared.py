@@ -65,7 +65,7 @@ def test_manifest_and_files(kjv, tokenizer_path):
       "vocab_size": 512}
   assert manifest["id_dtype"] == "uint16" and manifest["num_files"] == NUM_FILES
   names = sorted(os.listdir(kjv))
-  assert names == sorted([prepared.MANIFEST, prepared.TOKENIZER, prepared.STATS] + [
+  assert names == sorted([prepared.MANIFEST, prepared.TOKENIZERS["sentencepiece"], prepared.STATS] + [
       prepared.file_name(s, f, NUM_FILES) for s in prepared.SPLITS for f in range(NUM_FILES)])
 
 

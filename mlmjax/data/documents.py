@@ -25,11 +25,11 @@ def tokenize(tok: tokenizer_lib.Tokenizer, text: str) -> list[np.ndarray]:
 
 class DocumentReader:
   """Raw text -> tokenized sentences, on demand. Picklable: the tokenizer is rebuilt lazily
-  from its model bytes, so each grain worker process loads its own."""
+  from its bytes (`tok.to_bytes()`, any kind), so each grain worker process loads its own."""
 
-  def __init__(self, source: Sequence[str], model_proto: bytes):
+  def __init__(self, source: Sequence[str], tokenizer_bytes: bytes):
     self.source = source
-    self._model_proto = model_proto
+    self._tokenizer_bytes = tokenizer_bytes
     self._tok = None
 
   def __len__(self) -> int:
@@ -37,7 +37,7 @@ class DocumentReader:
 
   def sentences(self, index: int) -> list[np.ndarray]:
     if self._tok is None:
-      self._tok = tokenizer_lib.Tokenizer(self._model_proto)
+      self._tok = tokenizer_lib.from_bytes(self._tokenizer_bytes)
     return tokenize(self._tok, self.source[index])
 
   def __getstate__(self):

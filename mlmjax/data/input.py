@@ -30,7 +30,7 @@ from mlmjax.data.masking import entities
 class RunInput:
   train_source: sources.TextSource | prepared.PreparedSplit
   eval_source: sources.TextSource | prepared.PreparedSplit
-  tokenizer: tokenizer_lib.Tokenizer
+  tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
 
@@ -62,22 +62,23 @@ def _process_0_first(make):
   return out if jax.process_index() == 0 else make()
 
 
-def build(config, tokenizer_path: str, stats_path: str) -> RunInput:
+def build(config, tokenizer_paths: dict[str, str], stats_path: str) -> RunInput:
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
-  these paths, else made (or, for prepared data, copied from it) and saved there."""
+  these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made (or, for prepared
+  data, copied from it) and saved there."""
   if prepared.is_prepared(config.data.source):
     data = prepared.open_source(config.data.source)
     data.check(config, pipeline.num_shards(config))
     train_source, eval_source = data.split("train"), data.split("eval")
 
     def tokenizer_and_stats():
-      return data.tokenizer_and_stats(tokenizer_path, stats_path)
+      return data.tokenizer_and_stats(tokenizer_paths, stats_path)
   else:
     train_source, eval_source = sources.load_splits(
         config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
 
     def tokenizer_and_stats():
-      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_path)
+      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_paths)
       return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
                                                   config.masking.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,

@@ -143,7 +143,7 @@ def _spec(config, documents, masker: masking.Masker, word_start, seed: int, shuf
 
 def _tokenized(source, tok):
   """Prepared splits are tokenized already; text is tokenized as it is read."""
-  return source if hasattr(source, "sentences") else DocumentReader(source, tok.model_proto)
+  return source if hasattr(source, "sentences") else DocumentReader(source, tok.to_bytes())
 
 
 def make_train_iter(config, tok, source, masker: masking.Masker, word_start=None,

@@ -50,7 +50,9 @@ from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.errors import DataError
 
 PREFIX = "prepared:"
-MANIFEST, TOKENIZER, STATS = "manifest.json", "tokenizer.model", "tokenizer_stats.npz"
+MANIFEST, STATS = "manifest.json", "tokenizer_stats.npz"
+# The data's tokenizer, by kind (as in a workdir).
+TOKENIZERS = {"sentencepiece": "tokenizer.model", "huggingface": "tokenizer_hf"}
 FORMAT, VERSION = "mlmjax-prepared", 1
 SPLITS = ("train", "eval")
 # One record per compressed chunk: random access to a document reads only that document.
@@ -66,8 +68,8 @@ def file_name(split: str, f: int, num_files: int) -> str:
 
 
 def fingerprint(tok: tokenizer_lib.Tokenizer) -> str:
-  """Identifies a tokenizer by its serialized model."""
-  return hashlib.sha256(tok.model_proto).hexdigest()[:16]
+  """Identifies a tokenizer (of any kind) by its serialized form."""
+  return hashlib.sha256(tok.to_bytes()).hexdigest()[:16]
 
 
 def id_dtype(vocab_size: int) -> str:
@@ -144,7 +146,7 @@ class Prepared:
           " only its own files. Use a divisor, or prepare again with --num_files=a multiple of"
           f" {num_shards}")
     if config.tokenizer.path:
-      self._same_tokenizer(tokenizer_lib.Tokenizer.load(config.tokenizer.path),
+      self._same_tokenizer(tokenizer_lib.load(config.tokenizer.path),
                            f"config.tokenizer.path={config.tokenizer.path!r}",
                            "drop the setting to use the data's, or prepare again with it")
 
@@ -155,22 +157,30 @@ class Prepared:
           f"{what} is not the tokenizer {self.directory} was prepared with (fingerprint"
           f" {fingerprint(tok)}, the data's {want}): {fix}")
 
-  def tokenizer_and_stats(self, tokenizer_path: str, stats_path: str
+  @property
+  def tokenizer_path(self) -> str:
+    """Where the data's tokenizer is (a file or folder, whichever its kind)."""
+    return next(os.path.join(self.directory, n) for n in TOKENIZERS.values()
+                if os.path.exists(os.path.join(self.directory, n)))
+
+  def tokenizer_and_stats(self, tokenizer_paths: dict[str, str], stats_path: str
                           ) -> tuple[tokenizer_lib.Tokenizer, vocab_stats_lib.VocabStats]:
-    """The data's tokenizer and stats, copied to the run's paths; a run that already has a
-    tokenizer (resumed, perhaps from raw text) keeps it and its stats if it is the same."""
-    tok = tokenizer_lib.Tokenizer.load(os.path.join(self.directory, TOKENIZER))
-    self._same_tokenizer(tok, os.path.join(self.directory, TOKENIZER),
-                         "the folder is damaged; prepare it again")
-    if os.path.exists(tokenizer_path):
+    """The data's tokenizer and stats, copied to the run's paths (one per tokenizer kind); a
+    run that already has a tokenizer (resumed, perhaps from raw text) keeps it and its stats
+    if it is the same."""
+    mine = self.tokenizer_path
+    tok = tokenizer_lib.load(mine)
+    self._same_tokenizer(tok, mine, "the folder is damaged; prepare it again")
+    existing = [p for p in tokenizer_paths.values() if os.path.exists(p)]
+    if existing:
       self._same_tokenizer(
-          tokenizer_lib.Tokenizer.load(tokenizer_path), f"{tokenizer_path} (this run's)",
-          f"prepare the data with --config.tokenizer.path={tokenizer_path}, or use a new"
+          tokenizer_lib.load(existing[0]), f"{existing[0]} (this run's)",
+          f"prepare the data with --config.tokenizer.path={existing[0]}, or use a new"
           " --workdir")
     else:
-      tok.save(tokenizer_path)
+      tok.save(tokenizer_paths[tok.kind])
       logging.info("Tokenizer of %s (%s, %d pieces) copied to %s", self.directory,
-                   fingerprint(tok), tok.vocab_size, tokenizer_path)
+                   fingerprint(tok), tok.vocab_size, tokenizer_paths[tok.kind])
     if not os.path.exists(stats_path):
       vocab_stats_lib.save(vocab_stats_lib.load(os.path.join(self.directory, STATS)),
                            stats_path)
