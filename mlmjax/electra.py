@@ -68,6 +68,11 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
     self.rtd_dense = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
     self.rtd_out = layers.Dense(rngs, (d, 1), ("embed", None), std, bias)
 
+  def _rtd_logits(self, hidden_btd) -> jax.Array:
+    """[B, T] float32: the discriminator head (dense, GELU, dense to one logit per token)."""
+    h = jax.nn.gelu(self.rtd_dense(hidden_btd), approximate=False)
+    return self.rtd_out(h)[..., 0].astype(jnp.float32)
+
   def encode(self, batch, dropout_key=None, constrain_layer=None):
     """The discriminator's [B, T, D] hidden states of the (uncorrupted) input: what export and
     fine-tuning use."""
@@ -84,7 +89,8 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
                                       self.mlm_transform, self.mlm_norm,
                                       self.token_embedding[...], self.mlm_bias[...])
     out = {"mlm_logits": logits_bpv}
-    if "masked_ids" not in batch:  # fill-mask: the generator's predictions are the answer
+    if "masked_ids" not in batch:  # fill-mask and export checks: judge the input as it is
+      out["rtd_logits"] = self._rtd_logits(self.encode(batch))
       return out
     # Eval (no key) samples with a fixed key, so held-out metrics are the same every time.
     sample_key = jax.random.fold_in(
@@ -104,8 +110,7 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
     corrupted_batch = {**batch, "input_ids": corrupted}
     hidden = self.discriminator(self.embed(corrupted_batch, keys[2]), corrupted_batch, keys[3],
                                 constrain_layer)
-    h = jax.nn.gelu(self.rtd_dense(hidden), approximate=False)
     out["rtd_input_ids"] = corrupted
-    out["rtd_logits"] = self.rtd_out(h)[..., 0].astype(jnp.float32)
+    out["rtd_logits"] = self._rtd_logits(hidden)
     out["rtd_labels"] = (corrupted != original).astype(jnp.float32)
     return out

@@ -4,7 +4,8 @@
 
 writes OUT/model.safetensors, OUT/config.json and the tokenizer files, which
 `AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer.from_pretrained(OUT)` load: a
-BERT for learned positions, a RoFormer for rotary ones (hf_export.py). Then, when torch is
+BERT for learned positions, a RoFormer for rotary ones, ModernBERT for the modern block, an
+ElectraForPreTraining for ELECTRA's discriminator (hf_export.py). Then, when torch is
 installed, transformers loads the export and its MLM logits on a sample text must equal
 mlmjax's (`--verify=false` skips this).
 """
@@ -18,6 +19,7 @@ from absl import app
 from absl import flags
 
 from mlmjax import errors
+from mlmjax import hf_convert
 from mlmjax import hf_export
 from mlmjax import metrics
 
@@ -34,7 +36,7 @@ def main(argv):
   metrics.quiet_library_logs()
   try:
     run = hf_export.export(_WORKDIR.value, _OUT.value, _STEP.value)
-    kind = "RoFormer" if run.config.model.position_embedding_type == "rope" else "BERT"
+    kind = hf_convert.export_arch(run.config).model_type
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
     if _VERIFY.value and importlib.util.find_spec("torch") is None:

@@ -36,62 +36,35 @@ from typing import Callable
 import jax
 import numpy as np
 
-from mlmjax import errors
+from mlmjax.hf_rules import Arch, ConversionError, _name, rules
 
 Params = dict  # nested {name: {...} | np.ndarray}, blocks under "blocks": {0: {...}, 1: ...}
 
 
-class ConversionError(errors.UserError):
-  """A checkpoint or config that cannot be mapped, with what differs."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Arch:
-  """Which transformers model a checkpoint is: its name prefix and head layout."""
-
-  model_type: str  # "bert", "roberta" or "roformer"
-  position_offset: int = 0  # RoBERTa: padding_idx + 1
-
-  @property
-  def prefix(self) -> str:
-    return self.model_type + "."
-
-  @property
-  def rope(self) -> bool:
-    return self.model_type == "roformer"
-
-  @property
-  def mlm_names(self) -> dict[str, str]:
-    if self.model_type == "roberta":
-      return {"transform": "lm_head.dense", "norm": "lm_head.layer_norm", "bias": "lm_head.bias"}
-    return {"transform": "cls.predictions.transform.dense",
-            "norm": "cls.predictions.transform.LayerNorm", "bias": "cls.predictions.bias"}
-
-
-ARCHES = ("bert", "roberta", "roformer")
+ARCHES = ("bert", "roberta", "roformer")  # what import reads
 
 
 # ------------------------------------------------------------------------- layer stacking
 
 def unstack_layers(params: Params) -> Params:
-  """`blocks` as {layer index: block params}: a scanned model's blocks (one dict whose leaves
-  have a leading layer axis) are split into per-layer dicts; per-layer blocks stay as they are."""
-  blocks = params["blocks"]
-  if all(isinstance(k, int) for k in blocks):
-    return params
-  num_layers = len(jax.tree.leaves(blocks)[0])
-  return {**params, "blocks": {i: jax.tree.map(lambda x, i=i: np.asarray(x[i]), blocks)
-                               for i in range(num_layers)}}
+  """Every `blocks` (ELECTRA has two) as {layer index: block params}: a scanned model's blocks
+  (one dict whose leaves have a leading layer axis) are split into per-layer dicts; per-layer
+  blocks stay as they are."""
+  out = {}
+  for key, sub in params.items():
+    if key == "blocks" and not all(isinstance(k, int) for k in sub):
+      num_layers = len(jax.tree.leaves(sub)[0])
+      sub = {i: jax.tree.map(lambda x, i=i: np.asarray(x[i]), sub) for i in range(num_layers)}
+    elif isinstance(sub, dict) and key != "blocks":
+      sub = unstack_layers(sub)
+    out[key] = sub
+  return out
 
 
 def stack_layers(params: Params) -> Params:
   """The inverse: per-layer `blocks` -> one dict of arrays with a leading layer axis."""
   layers = [params["blocks"][i] for i in sorted(params["blocks"])]
   return {**params, "blocks": jax.tree.map(lambda *xs: np.stack(xs), *layers)}
-
-
-def _name(path: tuple) -> str:
-  return "/".join(map(str, path))
 
 
 def _get(tree, path):
@@ -106,108 +79,6 @@ def _set(tree, path, value) -> None:
   tree[path[-1]] = value
 
 
-# ------------------------------------------------------------------------------ the rules
-
-@dataclasses.dataclass(frozen=True)
-class _Rule:
-  path: tuple  # the mlmjax leaf
-  names: tuple[str, ...]  # the HF tensor(s) it maps to
-  to_hf: Callable[[np.ndarray], tuple[np.ndarray, ...]]
-  from_hf: Callable[..., np.ndarray]  # one argument per name
-  head: bool = False  # part of a pretraining head: a checkpoint may lack it
-
-
-def _copy(path: tuple, name: str, head: bool = False) -> _Rule:
-  return _Rule(path, (name,), lambda x: (x,), lambda x: x, head)
-
-
-def _dense(path: tuple, name: str, head: bool = False) -> list[_Rule]:
-  def to_hf(k):
-    if k.ndim != 2:  # e.g. a gated MLP's [D, 2, F]: not a torch Linear
-      raise ConversionError(f"{_name(path)} has a {k.shape} kernel: not a linear layer of"
-                            " transformers' BERT")
-    return (k.T,)
-  return [_Rule(path + ("kernel",), (name + ".weight",), to_hf, lambda w: w.T, head),
-          _copy(path + ("bias",), name + ".bias", head)]
-
-
-def _norm(path: tuple, name: str, head: bool = False) -> list[_Rule]:
-  return [_copy(path + ("scale",), name + ".weight", head),
-          _copy(path + ("bias",), name + ".bias", head)]
-
-
-def rotary_permutation(head_size: int) -> np.ndarray:
-  """RoFormer's column j of a query/key head is mlmjax's column perm[j]: mlmjax rotates the
-  pairs (i, i + H/2), RoFormer the pairs (2i, 2i + 1), both by position * base^(-2i/H)."""
-  half = head_size // 2
-  return np.stack([np.arange(half), np.arange(half) + half], -1).reshape(-1)
-
-
-def _attention(path: tuple, name: str, num_heads: int, rope: bool) -> list[_Rule]:
-  """qkv_kernel [3, D, N, H] <-> query/key/value weights [N*H, D] (heads major in N*H, as
-  transformers splits them), out_kernel [N, H, D] <-> [D, N*H]."""
-  names = [f"{name}.self.{x}" for x in ("query", "key", "value")]
-
-  def layout(j: int, x_nh: np.ndarray, to_roformer: bool) -> np.ndarray:
-    if not rope or j == 2:  # values are not rotated
-      return x_nh
-    perm = rotary_permutation(x_nh.shape[-1])
-    return x_nh[..., perm if to_roformer else np.argsort(perm)]
-
-  def qkv_to_hf(k):
-    return tuple(layout(j, k[j], True).reshape(k.shape[1], -1).T for j in range(3))
-
-  def qkv_from_hf(*ws):
-    return np.stack([layout(j, w.T.reshape(w.shape[1], num_heads, -1), False)
-                     for j, w in enumerate(ws)])
-
-  def bias_to_hf(b):
-    return tuple(layout(j, b[j], True).reshape(-1) for j in range(3))
-
-  def bias_from_hf(*bs):
-    return np.stack([layout(j, b.reshape(num_heads, -1), False) for j, b in enumerate(bs)])
-
-  return [
-      _Rule(path + ("qkv_kernel",), tuple(n + ".weight" for n in names), qkv_to_hf, qkv_from_hf),
-      _Rule(path + ("qkv_bias",), tuple(n + ".bias" for n in names), bias_to_hf, bias_from_hf),
-      _Rule(path + ("out_kernel",), (f"{name}.output.dense.weight",),
-            lambda k: (k.reshape(-1, k.shape[-1]).T,),
-            lambda w: w.T.reshape(num_heads, -1, w.shape[0])),
-      _copy(path + ("out_bias",), f"{name}.output.dense.bias"),
-  ]
-
-
-def _rules(arch: Arch, num_layers: int, num_heads: int, nsp: bool) -> list[_Rule]:
-  p, mlm = arch.prefix, arch.mlm_names
-  rules = [
-      _copy(("token_embedding",), p + "embeddings.word_embeddings.weight"),
-      # Row 0 written as zeros: mlmjax never adds it (see the module docstring).
-      _Rule(("type_embedding",), (p + "embeddings.token_type_embeddings.weight",),
-            lambda t: (np.concatenate([np.zeros_like(t[:1]), t[1:]]),), lambda t: t),
-      *_norm(("embedding_norm",), p + "embeddings.LayerNorm"),
-      *_dense(("mlm_transform",), mlm["transform"], head=True),
-      *_norm(("mlm_norm",), mlm["norm"], head=True),
-      _copy(("mlm_bias",), mlm["bias"], head=True),
-  ]
-  if not arch.rope:
-    off = arch.position_offset
-    rules.append(_Rule(
-        ("position_embedding",), (p + "embeddings.position_embeddings.weight",),
-        lambda e: (np.concatenate([np.zeros((off, e.shape[1]), e.dtype), e]),),
-        lambda e: e[off:]))
-  if nsp:
-    rules += _dense(("pooler",), p + "pooler.dense", head=True)
-    rules += _dense(("nsp_classifier",), "cls.seq_relationship", head=True)
-  for i in range(num_layers):
-    block, hf = ("blocks", i), f"{p}encoder.layer.{i}"
-    rules += _attention(block + ("attention",), hf + ".attention", num_heads, arch.rope)
-    rules += _norm(block + ("attention_norm",), hf + ".attention.output.LayerNorm")
-    rules += _dense(block + ("mlp_in",), hf + ".intermediate.dense")
-    rules += _dense(block + ("mlp_out",), hf + ".output.dense")
-    rules += _norm(block + ("mlp_norm",), hf + ".output.LayerNorm")
-  return rules
-
-
 # ------------------------------------------------------------------------------ directions
 
 def to_hf(params: Params, arch: Arch, model_cfg, vocab_to_hf: np.ndarray | None = None
@@ -220,8 +91,9 @@ def to_hf(params: Params, arch: Arch, model_cfg, vocab_to_hf: np.ndarray | None 
     hf_order = np.argsort(vocab_to_hf)  # HF id -> mlmjax id
     params = {**params, "token_embedding": params["token_embedding"][hf_order],
               "mlm_bias": params["mlm_bias"][hf_order]}
+  params = {k: v for k, v in params.items() if k not in arch.dropped}
   out, used = {}, set()
-  for rule in _rules(arch, len(params["blocks"]), model_cfg.num_heads, "pooler" in params):
+  for rule in rules(arch, model_cfg, "pooler" in params):
     try:
       leaf = _get(params, rule.path)
     except KeyError:
@@ -251,7 +123,9 @@ def from_hf(state: dict[str, np.ndarray], arch: Arch, model_cfg, nsp: bool,
   must be there."""
   params: Params = {}
   missing_heads = []
-  for rule in _rules(arch, model_cfg.num_layers, model_cfg.num_heads, nsp):
+  for rule in rules(arch, model_cfg, nsp):
+    if not rule.names:  # nothing of it in an HF checkpoint
+      continue
     present = [n in state for n in rule.names]
     if not all(present):
       if rule.head and not any(present):
@@ -331,26 +205,67 @@ def model_settings(hf_config: dict, pair_format: bool) -> tuple[Arch, dict]:
   return Arch(model_type, offset), settings
 
 
-def hf_settings(model_cfg, vocab_size: int, pad_id: int) -> dict:
-  """transformers config keys of an mlmjax model (BERT for learned positions, RoFormer for
-  rotary ones); `pad_id` in the exported tokenizer's ids."""
+def export_arch(config) -> Arch:
+  """The transformers architecture a run exports to, or a one-line refusal naming what it
+  cannot represent."""
+  m = config.model
+  if config.objective.kind == "electra":
+    arch = Arch("electra")
+  elif m.norm_position == "pre":
+    arch = Arch("modernbert")
+  else:
+    arch = Arch("roformer" if m.position_embedding_type == "rope" else "bert")
+  modern = arch.model_type == "modernbert"
+  needs = {  # the settings each family computes exactly
+      "model.norm_position": "pre" if modern else "post",
+      "model.mlp": ("geglu", "swiglu") if modern else "gelu",
+      "model.position_embedding_type": {"bert": "learned", "electra": "learned"}.get(
+          arch.model_type, "rope"),
+  }
+  if not modern:
+    needs.update({"model.use_bias": True, "model.local_attention_window": 0})
+  if arch.model_type == "roformer":
+    needs["model.rope_base"] = 10_000.0
+  for key, want in needs.items():
+    have = m[key.split(".")[1]]
+    if have not in (want if isinstance(want, tuple) else (want,)):
+      raise ConversionError(f"transformers' {arch.model_type} cannot compute {key}={have!r}"
+                            f" (it needs {want!r})")
+  return arch
+
+
+def hf_settings(arch: Arch, model_cfg, vocab_size: int, pad_id: int) -> dict:
+  """transformers config keys of an mlmjax model; `pad_id` in the exported tokenizer's ids."""
   m = model_cfg
-  rope = m.position_embedding_type == "rope"
-  kind = ({"model_type": "roformer", "rotary_value": False, "embedding_size": m.hidden_size}
-          if rope else {"model_type": "bert", "position_embedding_type": "absolute"})
+  common = {"vocab_size": vocab_size, "hidden_size": m.hidden_size,
+            "num_hidden_layers": m.num_layers, "num_attention_heads": m.num_heads,
+            "intermediate_size": m.intermediate_size,
+            "max_position_embeddings": m.max_position_embeddings,
+            "initializer_range": m.initializer_range, "pad_token_id": int(pad_id)}
+  if arch.model_type == "modernbert":
+    window = m.local_attention_window
+    return {**common, "model_type": "modernbert",
+            "hidden_activation": "silu" if m.mlp == "swiglu" else "gelu",
+            "classifier_activation": "gelu", "norm_eps": m.layer_norm_eps,
+            "norm_bias": m.use_bias, "attention_bias": m.use_bias, "mlp_bias": m.use_bias,
+            "classifier_bias": m.use_bias, "decoder_bias": True, "tie_word_embeddings": True,
+            "global_rope_theta": m.rope_base, "local_rope_theta": m.local_rope_base,
+            # No window: every layer global (a window as long as any row, every layer global).
+            "local_attention": window or 2 * m.max_position_embeddings,
+            "global_attn_every_n_layers": m.global_attention_every if window else 1,
+            "embedding_dropout": m.dropout_rate, "mlp_dropout": m.dropout_rate,
+            "attention_dropout": m.attention_dropout_rate, "sparse_prediction": False,
+            "reference_compile": False}
+  kind = {"model_type": arch.model_type, "position_embedding_type": "absolute"}
+  if arch.model_type == "roformer":
+    kind = {"model_type": "roformer", "rotary_value": False, "embedding_size": m.hidden_size}
+  elif arch.model_type == "electra":
+    kind["embedding_size"] = m.embedding_size or m.hidden_size
   return {
-      **kind,
-      "vocab_size": vocab_size,
-      "hidden_size": m.hidden_size,
-      "num_hidden_layers": m.num_layers,
-      "num_attention_heads": m.num_heads,
-      "intermediate_size": m.intermediate_size,
+      **common, **kind,
       "hidden_act": "gelu",  # exact (erf) GELU, as mlmjax computes
       "hidden_dropout_prob": m.dropout_rate,
       "attention_probs_dropout_prob": m.attention_dropout_rate,
-      "max_position_embeddings": m.max_position_embeddings,
       "type_vocab_size": m.type_vocab_size,
-      "initializer_range": m.initializer_range,
       "layer_norm_eps": m.layer_norm_eps,
-      "pad_token_id": int(pad_id),
   }

@@ -4,6 +4,10 @@
                         AutoModelForMaskedLM and the fine-tuning classes load too)
   rotary positions   -> RoFormer (`RoFormerForMaskedLM`; transformers has no RoFormer class
                         with an NSP head, so that head is left out, with a warning)
+  the modern block   -> ModernBERT (`ModernBertForMaskedLM`: pre-LN, GLU, rotary bases and
+                        sliding windows in its config)
+  ELECTRA            -> `ElectraForPreTraining`: the discriminator (the generator stays home)
+hf_convert.export_arch refuses what a family cannot compute, with the setting that differs.
 
 The weights are written by safetensors from numpy (transformers v5 has no Flax classes; torch
 is not needed to export). A sentencepiece tokenizer becomes a fast tokenizer with the same ids
@@ -48,18 +52,25 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
   run = workdir_lib.load_run(workdir, step)
   model_cfg, tok = run.config.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
-  rope = model_cfg.position_embedding_type == "rope"
+  arch = hf_convert.export_arch(run.config)
   nsp = "pooler" in params
-  if rope and nsp:
-    logging.warning("transformers' RoFormer has no NSP head: exporting the MLM head only")
+  if arch.model_type != "bert" and nsp:
+    logging.warning("transformers' %s has no NSP head: exporting the MLM head only",
+                    arch.model_type)
     params = {k: v for k, v in params.items() if k not in ("pooler", "nsp_classifier")}
     nsp = False
-  arch = hf_convert.Arch("roformer" if rope else "bert")
   vocab_to_hf = getattr(tok, "vocab_to_hf", None)  # a Hugging Face tokenizer's own ids
   state = hf_convert.to_hf(params, arch, model_cfg, vocab_to_hf)
   pad_id = 0 if vocab_to_hf is None else int(vocab_to_hf[tokenizer_lib.PAD_ID])
-  settings = hf_convert.hf_settings(model_cfg, len(tok), pad_id)
-  model_class = {"roformer": "RoFormerForMaskedLM", "bert": "BertForMaskedLM"}[arch.model_type]
+  settings = hf_convert.hf_settings(arch, model_cfg, len(tok), pad_id)
+  if arch.model_type == "modernbert":
+    settings.update(cls_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
+                    sep_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID),
+                    bos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
+                    eos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID))
+  model_class = {"roformer": "RoFormerForMaskedLM", "bert": "BertForMaskedLM",
+                 "modernbert": "ModernBertForMaskedLM",
+                 "electra": "ElectraForPreTraining"}[arch.model_type]
   if nsp:
     model_class = "BertForPreTraining"
   hf_config = transformers.AutoConfig.for_model(**settings, architectures=[model_class])
@@ -81,9 +92,15 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
   return run
 
 
-def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]]) -> list[np.ndarray]:
+def _hf_id(vocab_to_hf, mlmjax_id: int) -> int:
+  return mlmjax_id if vocab_to_hf is None else int(vocab_to_hf[mlmjax_id])
+
+
+def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]], key: str = "mlm_logits"
+               ) -> list[np.ndarray]:
   """mlmjax's MLM logits [T, V] at every position of each row of mlmjax ids (one jitted call:
-  the rows are padded to the longest, and padding is masked out)."""
+  the rows are padded to the longest, and padding is masked out). `key='rtd_logits'`: an
+  ELECTRA discriminator's [T] logits of the rows as they are."""
   n = max(map(len, rows))
   ids = np.zeros((len(rows), n), np.int32)
   for i, row in enumerate(rows):
@@ -93,7 +110,7 @@ def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]]) -> list[np.n
                                              ).astype(np.int32),
            "positions": positions, "token_type_ids": np.zeros_like(ids),
            "masked_positions": positions}
-  logits = np.asarray(run.forward(batch)["mlm_logits"])
+  logits = np.asarray(run.forward(batch)[key])
   return [logits[i, :len(row)] for i, row in enumerate(rows)]
 
 
@@ -106,10 +123,16 @@ def verify(run: workdir_lib.FinishedRun, out: str, text: str = SAMPLE_TEXT) -> f
   ids = [tokenizer_lib.CLS_ID] + tok.encode([text])[0] + [tokenizer_lib.SEP_ID]
   to_hf = getattr(tok, "vocab_to_hf", np.arange(len(tok)))
   transformers.logging.set_verbosity_error()  # load-time notices about classes, not the model
-  model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
-  with torch.no_grad():
-    hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()
-  diff = float(np.abs(hf_logits[:, to_hf] - mlm_logits(run, [ids])[0]).max())
+  if run.config.objective.kind == "electra":  # the discriminator's replaced-or-not logits
+    model = transformers.ElectraForPreTraining.from_pretrained(out).eval()
+    with torch.no_grad():
+      hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()
+    diff = float(np.abs(hf_logits - mlm_logits(run, [ids], "rtd_logits")[0]).max())
+  else:
+    model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    with torch.no_grad():
+      hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()
+    diff = float(np.abs(hf_logits[:, to_hf] - mlm_logits(run, [ids])[0]).max())
   if not diff <= TOLERANCE:  # also catches NaN
     raise ExportError(f"{out}: transformers' logits differ from mlmjax's by {diff:.3g}"
                       f" (> {TOLERANCE}); the export is wrong, please report it")

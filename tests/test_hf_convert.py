@@ -120,7 +120,7 @@ def test_export_then_import_gives_back_the_same_parameters(model_type):
                      match=f"transformers' {model_type} has no place for final_norm/scale"):
     hf_convert.to_hf({**params, "final_norm": {"scale": np.ones(16)}}, arch, cfg, to_hf)
 
-  settings = hf_convert.hf_settings(cfg, V, pad_id=to_hf[0])
+  settings = hf_convert.hf_settings(arch, cfg, V, pad_id=to_hf[0])
   hf = transformers.AutoModelForMaskedLM.from_config(transformers.AutoConfig.for_model(
       **settings))
   result = hf.load_state_dict({k: torch.from_numpy(v) for k, v in state.items()}, strict=False)

@@ -337,3 +337,29 @@ def test_bad_init_from_and_export_targets_fail_with_one_clear_line(tmp_path, ber
     hf_import.configure(config)
   with pytest.raises(hf_export.ExportError, match="exists and is not an empty folder"):
     hf_export.export(bert_run, bert_export)
+
+
+@pytest.mark.parametrize("kind", ["modernbert", "electra"])
+def test_modern_block_and_electra_export_with_logit_parity(kind, tokenizer_path, tmp_path):
+  """The modern block (pre-LN, GeGLU, no biases, sliding windows on alternate layers, two
+  rotary bases, scanned layers) exports to ModernBertForMaskedLM; ELECTRA's discriminator
+  (embeddings narrower than the encoder) to ElectraForPreTraining; both within 1e-4."""
+  config = _short(tiny.get_config())
+  config.tokenizer.path = tokenizer_path
+  config.data.seq_len = 32
+  config.model.update(hidden_size=32, num_layers=3, num_heads=2, intermediate_size=48,
+                      max_position_embeddings=128)
+  if kind == "modernbert":
+    config.model.update(norm_position="pre", mlp="geglu", use_bias=False, scan_layers=True,
+                        local_attention_window=8, global_attention_every=2,
+                        rope_base=160_000.0, local_rope_base=10_000.0, layer_norm_eps=1e-5)
+  else:
+    config.objective.update(kind="electra", generator_fraction=0.5)
+    config.model.update(position_embedding_type="learned", embedding_size=16)
+  workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
+  train.train_and_evaluate(config, workdir)
+  run = hf_export.export(workdir, out)
+  assert json.load(open(os.path.join(out, "config.json")))["model_type"] == kind
+  # A long text: the sliding window (4 tokens each side) really cuts the local layers' view.
+  text = " ".join(TEXTS)
+  assert hf_export.verify(run, out, text) < 1e-4
