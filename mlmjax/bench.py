@@ -1,105 +1,126 @@
-"""Benchmarks that print numbers: train-step tokens/s and MFU, host-pipeline tokens/s.
+"""Benchmarks that print numbers: one JSON line per run.
 
-  python -m mlmjax.bench --config=configs/tiny.py [--steps=20] [--config.model.hidden_size=...]
+  python -m mlmjax.bench --config=configs/bert.py:base [--steps=10] [--config.model.dtype=...]
 
-MFU is measured against this machine's own matmul peak (a large float32/bfloat16 matmul timed
-here), not a datasheet number, so it is meaningful on a laptop CPU as well as on a TPU.
+Reports the train step (median and best step time, tokens/s, FLOPs per step and the formula,
+MFU against this machine's measured matmul peak and the device's rated peak where known,
+compile time, memory), the host pipeline alone (tokens/s of batches with fresh masks, one
+process), and, with --loop_steps, the fraction of a short real training run spent waiting for
+input. The step is timed on a fixed real batch, so the host pipeline is not in its numbers.
 """
 
 from __future__ import annotations
 
+import json
+import statistics
 import tempfile
 import time
 
 from absl import app
 from absl import flags
 import jax
-import jax.numpy as jnp
 import numpy as np
 from ml_collections import config_flags
 
 from mlmjax import config_check
+from mlmjax import flops
+from mlmjax import metrics
+from mlmjax import model as model_lib
 from mlmjax import sharding
 from mlmjax import steps as steps_lib
 from mlmjax import workdir as workdir_lib
 from mlmjax.data import input as input_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
-_STEPS = flags.DEFINE_integer("steps", 20, "Timed train steps (after 2 warm-up steps).")
+_STEPS = flags.DEFINE_integer("steps", 10, "Timed train steps (after 2 warm-up steps).")
+_INPUT_SECONDS = flags.DEFINE_float("input_seconds", 3.0,
+                                    "How long to time the host pipeline alone (0: skip).")
 
 
-def matmul_peak_flops(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
-  """Best achieved FLOP/s of an n x n matmul on the default device."""
-  a = jnp.ones((n, n), dtype)
-  f = jax.jit(lambda x: x @ x)
-  f(a).block_until_ready()
-  best = float("inf")
-  for _ in range(repeats):
+def _host_pipeline(it, seconds: float) -> float:
+  """Tokens/s of finished (masked) batches from the iterator, after the first."""
+  next(it)
+  n, t = 0, time.perf_counter()
+  while time.perf_counter() - t < seconds:
+    n += next(it)["input_ids"].size
+  return n / (time.perf_counter() - t)
+
+
+def _train_step(config, vocab_size: int, batch) -> dict:
+  mesh = sharding.make_mesh(config.mesh)
+  setup = steps_lib.make_setup(config, vocab_size, mesh)
+  step = steps_lib.make_train_step(setup, config)
+  state = setup.init_fn()
+  batch = sharding.to_device(batch, mesh)
+  t = time.perf_counter()
+  compiled = step.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t
+  m = compiled.memory_analysis()
+  state, out = compiled(state, batch)  # warm-up: first run allocates
+  state, out = compiled(state, batch)
+  jax.block_until_ready(out)
+  times = []
+  for _ in range(_STEPS.value):
     t = time.perf_counter()
-    f(a).block_until_ready()
-    best = min(best, time.perf_counter() - t)
-  return 2 * n**3 / best
+    state, out = compiled(state, batch)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t)
+  stats = jax.devices()[0].memory_stats() or {}
+  return {
+      "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])),
+      "devices": mesh.size, "mesh": dict(mesh.shape),
+      "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
+      "compile_s": compile_s,
+      "compiled_memory_bytes_per_device": int(
+          m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+          - m.alias_size_in_bytes) if m is not None else None,
+      "peak_memory_bytes": stats.get("peak_bytes_in_use"),  # accelerators only
+  }
 
 
-def train_flops_per_token(config, vocab_size: int) -> float:
-  """Model FLOPs (forward + backward = 3x forward) per input token, masked-only MLM head."""
-  m, t = config.model, config.data.seq_len
-  d, f, layers = m.hidden_size, m.intermediate_size, m.num_layers
-  per_layer = 2 * (4 * d * d + 2 * d * f) + 2 * 2 * t * d  # projections + scores/context
-  head = config.masking.max_predictions_per_seq / t * 2 * (d * d + d * vocab_size)
-  return 3 * (layers * per_layer + head)
+def run(config) -> dict:
+  config_check.check(config)
+  with tempfile.TemporaryDirectory() as tmp:
+    run_dir = workdir_lib.Workdir(tmp)
+    inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
+  vocab_size = inp.tokenizer.vocab_size
+  it = inp.train_iter(config)
+  out = {"config": config_flags.get_config_filename(flags.FLAGS["config"]),
+         "device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
+         "dtype": str(np.dtype(model_lib.compute_dtype(config.model.dtype))),
+         "attention_impl": config.model.attention_impl, "remat": config.model.remat,
+         "scan_layers": config.model.scan_layers,
+         "batch": config.train.batch_size, "seq_len": config.data.seq_len}
+  out.update(_train_step(config, vocab_size, next(it)))
+  tokens = config.train.batch_size * config.data.seq_len
+  step_s = out["step_ms_median"] / 1e3
+  per_token = flops.train_flops_per_token(config, vocab_size)
+  achieved = per_token * tokens / step_s
+  out.update({
+      "tokens_per_sec": tokens / step_s,
+      "flops_per_step": per_token * tokens,
+      "flops_formula": "3 x [L x (2(4D^2 + 2DF) + 4TD) + (P/T) x 2(D^2 + DV)] per token",
+      "model_tflops_per_sec": achieved / 1e12,
+  })
+  measured = flops.measured_matmul_peak(model_lib.compute_dtype(config.model.dtype))
+  rated = flops.rated_peak(jax.devices()[0], model_lib.compute_dtype(config.model.dtype))
+  n = out["devices"]
+  out.update({
+      "matmul_peak_tflops_measured": measured * n / 1e12,
+      "mfu_measured_peak": achieved / (measured * n),
+      "rated_peak_tflops": None if rated is None else rated * n / 1e12,
+      "mfu_rated_peak": None if rated is None else achieved / (rated * n),
+  })
+  if _INPUT_SECONDS.value > 0:
+    out["input_tokens_per_sec"] = _host_pipeline(it, _INPUT_SECONDS.value)
+    out["input"] = f"{config.data.source}, {config.data.format}, {config.masking.strategy}"
+  return out
 
 
 def main(argv):
   del argv
-  config = _CONFIG.value
-  config_check.check(config)
-  with tempfile.TemporaryDirectory() as tmp:
-    run = workdir_lib.Workdir(tmp)
-    inp = input_lib.build(config, run.tokenizer, run.vocab_stats)
-  tok = inp.tokenizer
-
-  # Host pipeline alone: read, split, tokenize, pack/pair, mask (config.masking.strategy).
-  it = inp.train_iter(config)
-  next(it)
-  t = time.perf_counter()
-  n = 0
-  while time.perf_counter() - t < 3.0:
-    n += next(it)["input_ids"].size
-  host_tps = n / (time.perf_counter() - t)
-
-  # Train step on a fixed batch (device throughput, excluding the host pipeline).
-  mesh = sharding.make_mesh(config.mesh)
-  setup = steps_lib.make_setup(config, tok.vocab_size, mesh)
-  step = steps_lib.make_train_step(setup, config)
-  state = setup.init_fn()
-  batch = sharding.to_device(next(it), mesh)
-  for _ in range(2):
-    state, m = step(state, batch)
-  jax.block_until_ready(m)
-  t = time.perf_counter()
-  for _ in range(_STEPS.value):
-    state, m = step(state, batch)
-  jax.block_until_ready(m)
-  sec = (time.perf_counter() - t) / _STEPS.value
-
-  tokens = config.train.batch_size * config.data.seq_len
-  flops = train_flops_per_token(config, tok.vocab_size) * tokens / sec
-  peak = matmul_peak_flops(jnp.dtype(config.model.dtype)) * mesh.size
-  params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"]))
-  print(f"device            {jax.devices()[0].device_kind} x{mesh.size}")
-  print(f"parameters        {params:,}")
-  print(f"step time         {sec * 1e3:.1f} ms"
-        f" (batch {config.train.batch_size} x {config.data.seq_len})")
-  print(f"train tokens/s    {tokens / sec:,.0f}")
-  print(f"model TFLOP/s     {flops / 1e12:.3f}")
-  print(f"matmul peak       {peak / 1e12:.3f} TFLOP/s ({config.model.dtype}, measured)")
-  print(f"MFU               {100 * flops / peak:.1f}%")
-  print(f"host pipeline     {host_tps:,.0f} tokens/s (one process, {config.data.format},"
-        f" {config.masking.strategy} masking)")
-  if jax.devices()[0].platform != "cpu":
-    peak_bytes = jax.devices()[0].memory_stats().get("peak_bytes_in_use", 0)
-    print(f"peak memory       {peak_bytes / 2**30:.2f} GiB")
+  metrics.quiet_library_logs()
+  print(json.dumps(run(_CONFIG.value)), flush=True)
 
 
 if __name__ == "__main__":

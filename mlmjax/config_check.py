@@ -13,6 +13,9 @@ import jax
 import ml_collections
 import numpy as np
 
+from mlmjax import attention
+from mlmjax import electra
+from mlmjax import model as model_lib
 from mlmjax import optim
 from mlmjax import phases as phases_lib
 from mlmjax import sharding
@@ -36,16 +39,55 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
-  _check_model(config.model)
+  init_from_folder(config.init_from)
+  _check_model(config)
   _check_data(config)
   _check_masking(config.masking)
   _check_phases(config)
   _check_mesh_and_batch(config, num_devices, num_processes)
   _check_train(config.train)
   _check_rate("eval.mask_rate", config.eval.mask_rate)
+  _check_objective(config)
 
 
-def _check_model(m) -> None:
+def _check_objective(config) -> None:
+  o = config.objective
+  _one_of("objective.kind", o.kind, ("mlm", "electra"))
+  if o.span_boundary_weight < 0:
+    raise ConfigError("objective.span_boundary_weight must be >= 0")
+  if o.kind == "electra":
+    if formats.has_pair_labels(config.data.format) or o.span_boundary_weight:
+      raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
+                        f" a single-sequence data.format (not {config.data.format!r}) and"
+                        " objective.span_boundary_weight=0")
+    gen = electra.generator_config(config.model, o.generator_fraction)
+    if not 0 < o.generator_fraction <= 1 or gen.hidden_size % gen.num_heads:
+      raise ConfigError(f"objective.generator_fraction={o.generator_fraction} must be in (0, 1]"
+                        f" and give a generator width ({gen.hidden_size}) divisible by its heads"
+                        f" ({gen.num_heads})")
+    if o.discriminator_weight <= 0:
+      raise ConfigError("objective.discriminator_weight must be > 0")
+  elif config.model.embedding_size not in (0, config.model.hidden_size):
+    raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
+                      " objective.kind='electra'")
+
+
+def init_from_folder(init_from: str) -> str | None:
+  """The Hugging Face model folder of `init_from='hf:FOLDER'` (None when empty)."""
+  if not init_from:
+    return None
+  if not init_from.startswith("hf:"):
+    raise ConfigError(f"init_from={init_from!r} must be 'hf:FOLDER', a Hugging Face model"
+                      " folder (config.json, model.safetensors, tokenizer files)")
+  folder = init_from[len("hf:"):]
+  if not os.path.isfile(os.path.join(folder, "config.json")):
+    raise ConfigError(f"init_from={init_from!r}: no config.json there (not a Hugging Face"
+                      " model folder)")
+  return folder
+
+
+def _check_model(config) -> None:
+  m = config.model
   _one_of("model.position_embedding_type", m.position_embedding_type, ("learned", "rope"))
   if m.hidden_size < 1 or m.num_heads < 1 or m.hidden_size % m.num_heads:
     raise ConfigError(f"model.hidden_size={m.hidden_size} must be a positive multiple of"
@@ -59,7 +101,25 @@ def _check_model(m) -> None:
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= m[key] < 1.0:
       raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
-  _one_of("model.dtype", m.dtype, ("float32", "bfloat16"))
+  _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16"))
+  _one_of("model.remat", m.remat, model_lib.REMAT)
+  _one_of("model.norm_position", m.norm_position, ("post", "pre"))
+  _one_of("model.mlp", m.mlp, ("gelu", "geglu", "swiglu"))
+  if m.local_attention_window < 0 or m.global_attention_every < 1:
+    raise ConfigError("model.local_attention_window must be >= 0 and"
+                      " model.global_attention_every >= 1")
+  if m.rope_base <= 0 or m.local_rope_base <= 0:
+    raise ConfigError("model.rope_base and model.local_rope_base must be positive")
+  _one_of("model.attention_impl", m.attention_impl, attention.IMPLEMENTATIONS)
+  why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype),
+                        max(p.seq_len for p in phases_lib.plan(config)),
+                        window=m.local_attention_window)
+  if why:
+    raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
+  if m.attention_impl != "auto" and m.attention_impl != "xla" and m.attention_dropout_rate > 0:
+    raise ConfigError(f"model.attention_impl={m.attention_impl!r} never forms the attention"
+                      " probabilities, so it cannot apply model.attention_dropout_rate="
+                      f"{m.attention_dropout_rate}: set it to 0, or use 'auto'")
 
 
 def _check_data(config) -> None:
@@ -69,6 +129,9 @@ def _check_data(config) -> None:
     raise ConfigError(f"data.eval_every_nth_document={d.eval_every_nth_document} must be >= 2")
   if d.max_document_chars < 1 or d.row_shuffle_window < 0:
     raise ConfigError("data.max_document_chars must be >= 1 and data.row_shuffle_window >= 0")
+  if d.worker_count < 0 or d.device_prefetch < 0:
+    raise ConfigError(f"data.worker_count={d.worker_count} and data.device_prefetch="
+                      f"{d.device_prefetch} must be >= 0")
   _one_of("tokenizer.model_type", config.tokenizer.model_type, ("unigram", "bpe"))
 
 
@@ -192,6 +255,10 @@ def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
 
 def _check_train(t) -> None:
   _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
+  _one_of("train.schedule", t.schedule, optim.SCHEDULES)
+  _one_of("train.decay_shape", t.decay_shape, optim.DECAY_SHAPES)
+  if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
+    raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:

@@ -18,7 +18,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 # The scalar sums a train/eval step returns; they add up over steps (see summarize).
 SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
-            "nsp_count", "mask_token_correct", "mask_token_count")
+            "nsp_count", "mask_token_correct", "mask_token_count", "sbo_loss_sum", "sbo_correct",
+            "rtd_loss_sum", "rtd_count", "rtd_correct", "rtd_replaced", "rtd_predicted",
+            "rtd_true_positive")
 
 
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
@@ -62,6 +64,21 @@ def nsp_sums(logits_b2: jax.Array, labels_b: jax.Array) -> dict[str, jax.Array]:
   }
 
 
+def rtd_sums(logits_bt: jax.Array, labels_bt: jax.Array,
+             weights_bt: jax.Array) -> dict[str, jax.Array]:
+  """ELECTRA's replaced-token detection over the (non-padding) tokens of the batch: sigmoid
+  cross-entropy of 'replaced' (label 1) vs 'original', and the counts behind accuracy,
+  precision and recall of 'replaced'."""
+  logits = logits_bt.astype(jnp.float32)
+  xent = jnp.maximum(logits, 0) - logits * labels_bt + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+  predicted = (logits > 0).astype(jnp.float32)
+  return {"rtd_loss_sum": jnp.sum(xent * weights_bt), "rtd_count": jnp.sum(weights_bt),
+          "rtd_correct": jnp.sum((predicted == labels_bt) * weights_bt),
+          "rtd_replaced": jnp.sum(labels_bt * weights_bt),
+          "rtd_predicted": jnp.sum(predicted * weights_bt),
+          "rtd_true_positive": jnp.sum(predicted * labels_bt * weights_bt)}
+
+
 def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
                with_shown_ids: bool = False) -> dict[str, jax.Array]:
   """All loss/metric sums of a model's outputs on a batch (MLM, plus NSP/SOP if present)."""
@@ -71,15 +88,29 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
   sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
   if "nsp_logits" in outputs:
     sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
+  if "rtd_logits" in outputs:
+    sums.update(rtd_sums(outputs["rtd_logits"], outputs["rtd_labels"],
+                         (batch["segment_ids"] > 0).astype(jnp.float32)))
+  if "sbo_logits" in outputs:  # the same targets, predicted from the span's boundaries
+    sbo = mlm_sums(outputs["sbo_logits"], batch["masked_ids"], batch["masked_weights"])
+    sums.update(sbo_loss_sum=sbo["mlm_loss_sum"], sbo_correct=sbo["mlm_correct"])
   return sums
 
 
-def total_loss(sums: dict[str, jax.Array]) -> jax.Array:
+def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
   """Mean cross-entropy per masked token of the global batch (never divides by zero), plus
-  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum)."""
-  loss = sums["mlm_loss_sum"] / jnp.maximum(sums["mlm_count"], 1.0)
+  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum), plus
+  `objective.span_boundary_weight` x the mean span-boundary cross-entropy (SpanBERT: 1), plus
+  `objective.discriminator_weight` x ELECTRA's mean replaced-token-detection loss per token."""
+  mlm_count = jnp.maximum(sums["mlm_count"], 1.0)
+  loss = sums["mlm_loss_sum"] / mlm_count
   if "nsp_loss_sum" in sums:
     loss = loss + sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
+  if "sbo_loss_sum" in sums:
+    loss = loss + objective.span_boundary_weight * sums["sbo_loss_sum"] / mlm_count
+  if "rtd_loss_sum" in sums:
+    loss = loss + objective.discriminator_weight * sums["rtd_loss_sum"] / jnp.maximum(
+        sums["rtd_count"], 1.0)
   return loss
 
 
@@ -96,6 +127,16 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
     nsp_count = max(float(sums["nsp_count"]), 1.0)
     out["nsp_loss"] = float(sums["nsp_loss_sum"]) / nsp_count
     out["nsp_accuracy"] = float(sums["nsp_correct"]) / nsp_count
+  if "rtd_count" in sums:
+    ratio = lambda a, b: float(sums[a]) / max(float(sums[b]), 1.0)
+    out.update(rtd_loss=ratio("rtd_loss_sum", "rtd_count"),
+               rtd_accuracy=ratio("rtd_correct", "rtd_count"),
+               rtd_precision=ratio("rtd_true_positive", "rtd_predicted"),
+               rtd_recall=ratio("rtd_true_positive", "rtd_replaced"),
+               rtd_replaced_fraction=ratio("rtd_replaced", "rtd_count"))
+  if "sbo_loss_sum" in sums:
+    out["sbo_loss"] = float(sums["sbo_loss_sum"]) / count
+    out["sbo_accuracy"] = float(sums["sbo_correct"]) / count
   if "mask_token_count" in sums:
     out["mask_token_accuracy"] = float(sums["mask_token_correct"]) / max(
         float(sums["mask_token_count"]), 1.0)

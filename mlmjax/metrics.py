@@ -99,23 +99,37 @@ def _duration(seconds: float) -> str:
 
 
 class Throughput:
-  """Tokens/s and ETA over the last logging interval (compilation excluded after warm-up)."""
+  """Tokens/s, MFU and ETA over the last logging interval (compilation excluded after warm-up).
 
-  def __init__(self, tokens_per_step: int, total_steps: int):
-    self.tokens_per_step = tokens_per_step
+  MFU is model FLOPs (flops.py) per second over `peak_flops`: the devices' rated peak where
+  known, else the measured matmul peak (see train.py)."""
+
+  def __init__(self, total_steps: int, peak_flops: float):
     self.total_steps = total_steps
+    self.peak_flops = peak_flops
+    self.tokens_per_step = self.flops_per_token = 0.0
     self._t = time.perf_counter()
     self._step = None
+
+  def set_shapes(self, tokens_per_step: int, flops_per_token: float) -> None:
+    """The current sequence-length phase's tokens per step and FLOPs per token."""
+    self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
 
   def update(self, step: int) -> dict[str, float]:
     now = time.perf_counter()
     out = {}
     if self._step is not None and step > self._step:
       sec_per_step = (now - self._t) / (step - self._step)
-      out = {"tokens_per_sec": self.tokens_per_step / sec_per_step,
+      tokens_per_sec = self.tokens_per_step / sec_per_step
+      out = {"tokens_per_sec": tokens_per_sec,
+             "mfu": tokens_per_sec * self.flops_per_token / self.peak_flops,
              "eta_sec": sec_per_step * (self.total_steps - step)}
     self._t, self._step = now, step
     return out
+
+
+# Metrics that measure the machine, not the model: they differ between identical runs.
+TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction")
 
 
 def log_progress(step: int, total: int, m: dict[str, float]) -> None:
@@ -124,5 +138,8 @@ def log_progress(step: int, total: int, m: dict[str, float]) -> None:
   if "nsp_accuracy" in m:
     parts.insert(3, f"nsp_acc {m['nsp_accuracy']:.4f}")
   if "tokens_per_sec" in m:
-    parts += [f"{m['tokens_per_sec']:,.0f} tok/s", f"ETA {_duration(m['eta_sec'])}"]
+    parts += [f"{m['tokens_per_sec']:,.0f} tok/s", f"MFU {100 * m['mfu']:.1f}%",
+              f"ETA {_duration(m['eta_sec'])}"]
+  if "input_wait_fraction" in m:  # of wall time, the loop waiting for its next batch
+    parts.append(f"input wait {100 * m['input_wait_fraction']:.1f}%")
   logging.info(" | ".join(parts))

@@ -1,202 +1,243 @@
-"""BERT encoder with a masked-only MLM head, in Flax NNX.
+"""BERT encoder with a masked-only MLM head (and the NSP/SOP head), in Flax NNX.
 
-Shapes: B batch rows, T tokens per row, D hidden, N heads, H head size, F MLP size, P masked
-predictions per row, V vocabulary.
+Shapes: B batch rows, T tokens per row, D hidden, P masked predictions per row, V vocabulary.
+The building blocks are in layers.py, the attention kernels in attention.py.
 
-Every parameter is an `nnx.Param` carrying `axes`: logical axis names that sharding.py maps to
-mesh axes. Modules hold no RNG state; dropout keys are passed per call, so the train step can
-work on plain pytrees (`nnx.split` once, `nnx.merge` inside jit).
+The layer stack runs one pure function per layer, `_run_layer(params, x, ...)`, either in a
+Python loop over `blocks[i]` or, with `model.scan_layers`, in a `lax.scan` over parameters
+stacked on a leading layer axis (one layer compiled once: compile time independent of depth).
+Every layer is wrapped in `jax.checkpoint` with the `model.remat` policy:
+  none           save every activation for the backward pass (fastest, most memory), but
+                 no output of a layout op (reshape, transpose, cast, sharding constraint):
+                 free to recompute, and what keeps gathered weights out of the saved set;
+  dots_saveable  save matmul outputs, recompute the cheap elementwise work in between;
+  full           save only each layer's input, recompute the layer in the backward pass.
+Under FSDP a layer's weights are gathered when the layer runs (`constrain_layer`, see
+steps.py); whatever the policy, the gathered copies are never saved for the backward pass
+(they are gathered again there), so a device holds one layer's full weights at a time
+(BERT-large on 8 devices, compiled memory per device: 6.25 GiB data parallel, 1.51 GiB FSDP).
 """
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
+from mlmjax import layers
 
-def _param(rngs: nnx.Rngs | None, shape: tuple[int, ...], axes: tuple[str | None, ...],
-           init: str, std: float = 0.02) -> nnx.Param:
-  if init == "normal":
-    value = std * jax.random.truncated_normal(rngs.params(), -2.0, 2.0, shape, jnp.float32)
-  elif init == "zeros":
-    value = jnp.zeros(shape, jnp.float32)
-  else:  # ones
-    value = jnp.ones(shape, jnp.float32)
-  return nnx.Param(value, axes=axes)
+REMAT = ("none", "dots_saveable", "full")
+# Outputs of these are free to recompute; the weights only ever pass through them on their way
+# to a matmul, so not saving them is what frees each layer's gathered weights.
+_LAYOUT_OPS = frozenset({"sharding_constraint", "convert_element_type", "reshape", "transpose",
+                         "broadcast_in_dim", "squeeze", "expand_dims", "name", "copy"})
 
 
-def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
-  """Inverted dropout; identity when `key` is None (eval) or rate is 0."""
-  if key is None or rate == 0.0:
-    return x
-  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+def _save_all_but_layout(prim, *_, **__) -> bool:
+  return prim.name not in _LAYOUT_OPS
 
 
-class LayerNorm(nnx.Module):
-
-  def __init__(self, dim: int, eps: float):
-    self.scale = _param(None, (dim,), ("embed",), "ones")
-    self.bias = _param(None, (dim,), ("embed",), "zeros")
-    self.eps = eps
-
-  def __call__(self, x):
-    x32 = x.astype(jnp.float32)  # statistics in float32 even when activations are bf16
-    mean = x32.mean(-1, keepdims=True)
-    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps)
-    return (y * self.scale[...] + self.bias[...]).astype(x.dtype)
+_POLICIES = {
+    "none": _save_all_but_layout,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+    "full": jax.checkpoint_policies.nothing_saveable,
+}
 
 
-class Dense(nnx.Module):
-
-  def __init__(self, rngs, d_in: int, d_out: int, axes: tuple[str | None, str | None], std: float):
-    self.kernel = _param(rngs, (d_in, d_out), axes, "normal", std)
-    self.bias = _param(None, (d_out,), (axes[1],), "zeros")
-
-  def __call__(self, x):
-    return x @ self.kernel[...].astype(x.dtype) + self.bias[...].astype(x.dtype)
+def compute_dtype(name: str) -> jnp.dtype:
+  """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU."""
+  if name == "auto":
+    return jnp.bfloat16 if jax.devices()[0].platform in ("tpu", "gpu") else jnp.float32
+  return jnp.dtype(name)
 
 
-def rope_angles(positions_bt: jax.Array, head_size: int, max_positions: int,
-                base: float = 10000.0):
-  """(cos, sin) [B, T, 1, H/2] of rotary embeddings (RoFormer, ModernBERT), computed once per
-  forward pass and shared by every layer.
-
-  Looked up in a [max_positions, H/2] table built in numpy: computing cos/sin in the graph made
-  XLA-CPU re-evaluate the transcendentals inside every fused consumer, forward and backward,
-  which cost a quarter of the tiny model's step (about 210 -> 165 ms with mlmjax.bench)."""
-  inv_freq = base ** (-np.arange(head_size // 2, dtype=np.float64) / (head_size // 2))
-  angle = np.arange(max_positions, dtype=np.float64)[:, None] * inv_freq  # [P, H/2]
-  cos, sin = (jnp.asarray(f(angle), jnp.float32)[positions_bt][:, :, None, :]
-              for f in (np.cos, np.sin))
-  return cos, sin
+def _stack(blocks: list[nnx.Module]) -> nnx.Module:
+  """One module whose parameters hold every block's, stacked on a leading 'layers' axis."""
+  graphdef = nnx.split(blocks[0])[0]
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *(nnx.split(b)[1] for b in blocks))
+  module = nnx.merge(graphdef, stacked)
+  for _, v in nnx.iter_graph(module):
+    if isinstance(v, nnx.Variable):
+      v.set_metadata(axes=("layers",) + tuple(v.get_metadata()["axes"]))
+  return module
 
 
-def apply_rope(x_btnh: jax.Array, rope) -> jax.Array:
-  """Rotate-half form: rotates each (i, i + H/2) pair of a head by position * base^(-2i/H),
-  so the q.k of two tokens depends only on their offset t - s."""
-  cos, sin = rope
-  h = x_btnh.shape[-1] // 2
-  x1, x2 = x_btnh[..., :h].astype(jnp.float32), x_btnh[..., h:].astype(jnp.float32)
-  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1).astype(x_btnh.dtype)
+def _split(module: nnx.Module):
+  """(graphdef, parameters as a plain dict): what a layer function and its shardings take."""
+  graphdef, state = nnx.split(module)
+  return graphdef, nnx.to_pure_dict(state)
 
 
-class SelfAttention(nnx.Module):
+def _run_layer(graphdef, constrain, local_every, params, x, segment_ids, key, ropes, index):
+  """Layer `index` (a Python int, or traced under scan): local (sliding window) unless its
+  index is a multiple of `local_every` (0: every layer is global), with its rotary table."""
+  local = local_every > 0 and index % local_every != 0
+  rope = None if ropes is None else jax.tree.map(lambda g, l: jnp.where(local, l, g), *ropes)
+  return nnx.merge(graphdef, constrain(params))(x, segment_ids, key, rope, local, index == 0)
 
-  def __init__(self, cfg, rngs):
-    d, n = cfg.hidden_size, cfg.num_heads
-    h = d // n
+
+class SpanBoundaryHead(nnx.Module):
+  """SpanBERT's span-boundary objective (Joshi et al., 2020): every token of a masked span is
+  predicted from the encoder outputs just outside the span and its position in it only,
+  y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the tied decoder."""
+
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs):
+    d, std, eps, bias = cfg.hidden_size, cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
+    self.offset_embedding = layers.param(rngs, (cfg.max_position_embeddings, d), (None, "embed"),
+                                         "normal", std)
+    self.dense1 = layers.Dense(rngs, (3 * d, d), ("embed", None), std, bias)
+    self.norm1 = layers.LayerNorm(d, eps, bias)
+    self.dense2 = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
+    self.norm2 = layers.LayerNorm(d, eps, bias)
+    self.bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
+
+  def __call__(self, hidden_btd, batch, embedding_vd):
+    take = lambda key: jnp.take_along_axis(hidden_btd, batch[key][..., None], axis=1)
+    offsets = jnp.minimum(batch["masked_span_offset"], self.offset_embedding.shape[0] - 1)
+    h = jnp.concatenate([take("masked_span_left"), take("masked_span_right"),
+                         self.offset_embedding[...][offsets].astype(hidden_btd.dtype)], -1)
+    gelu = functools.partial(jax.nn.gelu, approximate=False)
+    h = self.norm2(gelu(self.dense2(self.norm1(gelu(self.dense1(h))))))
+    return jnp.einsum("bpd,vd->bpv", h, embedding_vd.astype(h.dtype),
+                      preferred_element_type=jnp.float32) + self.bias[...]
+
+
+class Embeddings:
+  """Token + position (learned) + token-type embeddings and their LayerNorm, as attributes of
+  the model that holds them (names shared by every model, and by export)."""
+
+  def init_embeddings(self, cfg, vocab_size: int, width: int, rngs: nnx.Rngs) -> None:
     std = cfg.initializer_range
-    self.qkv_kernel = _param(rngs, (3, d, n, h), (None, "embed", "heads", "kv"), "normal", std)
-    self.qkv_bias = _param(None, (3, n, h), (None, "heads", "kv"), "zeros")
-    self.out_kernel = _param(rngs, (n, h, d), ("heads", "kv", "embed"), "normal", std)
-    self.out_bias = _param(None, (d,), ("embed",), "zeros")
-    self.attention_dropout = cfg.attention_dropout_rate
+    self.token_embedding = layers.param(rngs, (vocab_size, width), ("vocab", "embed"), "normal",
+                                        std)
+    if cfg.position_embedding_type == "learned":  # BERT's absolute table, added to the input
+      self.position_embedding = layers.param(
+          rngs, (cfg.max_position_embeddings, width), (None, "embed"), "normal", std)
+    # Zero-initialised for the same reason that type 0 adds nothing (see embed).
+    self.type_embedding = layers.param(None, (cfg.type_vocab_size, width), (None, "embed"),
+                                       "zeros")
+    self.embedding_norm = layers.LayerNorm(width, cfg.layer_norm_eps, cfg.use_bias)
+    self.embedding_dropout = cfg.dropout_rate
 
-  def __call__(self, x_btd, mask_b1tt, key, rope=None):
-    dt = x_btd.dtype
-    qkv = jnp.einsum("btd,sdnh->sbtnh", x_btd, self.qkv_kernel[...].astype(dt))
-    q, k, v = qkv + self.qkv_bias[...].astype(dt)[:, None, None]
-    if rope is not None:
-      q, k = apply_rope(q, rope), apply_rope(k, rope)
-    scores_bntt = jnp.einsum("btnh,bsnh->bnts", q, k).astype(jnp.float32)
-    scores_bntt = scores_bntt * (q.shape[-1] ** -0.5)
-    scores_bntt = jnp.where(mask_b1tt, scores_bntt, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores_bntt, axis=-1)
-    probs = dropout(probs, self.attention_dropout, key).astype(dt)
-    ctx_btnh = jnp.einsum("bnts,bsnh->btnh", probs, v)
-    return jnp.einsum("btnh,nhd->btd", ctx_btnh, self.out_kernel[...].astype(dt)) + (
-        self.out_bias[...].astype(dt))
-
-
-class Block(nnx.Module):
-  """Post-LN transformer block (original BERT): x = LN(x + f(x)) for attention, then MLP."""
-
-  def __init__(self, cfg, rngs):
-    d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
-    self.attention = SelfAttention(cfg, rngs)
-    self.attention_norm = LayerNorm(d, cfg.layer_norm_eps)
-    self.mlp_in = Dense(rngs, d, f, ("embed", "mlp"), std)
-    self.mlp_out = Dense(rngs, f, d, ("mlp", "embed"), std)
-    self.mlp_norm = LayerNorm(d, cfg.layer_norm_eps)
-    self.rate = cfg.dropout_rate
-
-  def __call__(self, x, mask, key, rope=None):
-    keys = [None] * 3 if key is None else list(jax.random.split(key, 3))
-    y = self.attention(x, mask, keys[0], rope)
-    x = self.attention_norm(x + dropout(y, self.rate, keys[1]))
-    y = self.mlp_out(jax.nn.gelu(self.mlp_in(x), approximate=False))
-    return self.mlp_norm(x + dropout(y, self.rate, keys[2]))
-
-
-class BertForPretraining(nnx.Module):
-  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only, and with
-  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]."""
-
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False):
-    d, std = cfg.hidden_size, cfg.initializer_range
-    self.dtype = jnp.dtype(cfg.dtype)
-    self.token_embedding = _param(rngs, (vocab_size, d), ("vocab", "embed"), "normal", std)
-    self.use_rope = cfg.position_embedding_type == "rope"
-    self.head_size = d // cfg.num_heads
-    self.max_positions = cfg.max_position_embeddings
-    if not self.use_rope:  # 'learned': BERT's absolute position table, added to the input
-      self.position_embedding = _param(
-          rngs, (cfg.max_position_embeddings, d), (None, "embed"), "normal", std)
-    # Zero-initialised for the same reason that type 0 adds nothing (see encode).
-    self.type_embedding = _param(None, (cfg.type_vocab_size, d), (None, "embed"), "zeros")
-    self.embedding_norm = LayerNorm(d, cfg.layer_norm_eps)
-    self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
-    self.mlm_transform = Dense(rngs, d, d, ("embed", None), std)
-    self.mlm_norm = LayerNorm(d, cfg.layer_norm_eps)
-    self.mlm_bias = _param(None, (vocab_size,), ("vocab",), "zeros")
-    if nsp_head:
-      self.pooler = Dense(rngs, d, d, ("embed", None), std)
-      self.nsp_classifier = Dense(rngs, d, 2, ("embed", None), std)
-    self.nsp_head = nsp_head
-    self.rate = cfg.dropout_rate
-
-  def encode(self, batch, dropout_key=None):
-    """[B, T] ids -> [B, T, D] hidden states; attention only within a row's own segment."""
-    ids = batch["input_ids"]
+  def embed(self, batch, key=None) -> jax.Array:
+    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings."""
     types = batch["token_type_ids"]
     # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
     # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
     # measured). Only types >= 1 add their (zero-initialised) embedding.
-    type_bt1 = (types > 0)[..., None]
-    x = self.token_embedding[...][ids] + jnp.where(type_bt1, self.type_embedding[...][types], 0.0)
-    if not self.use_rope:
+    x = self.token_embedding[...][batch["input_ids"]] + jnp.where(
+        (types > 0)[..., None], self.type_embedding[...][types], 0.0)
+    if hasattr(self, "position_embedding"):
       x = x + self.position_embedding[...][batch["positions"]]
-    # rope: positions enter every layer's q.k instead (relative offsets, shared weights).
-    rope = rope_angles(batch["positions"], self.head_size,
-                       self.max_positions) if self.use_rope else None
-    keys = (None,) * (len(self.blocks) + 1) if dropout_key is None else tuple(
-        jax.random.split(dropout_key, len(self.blocks) + 1))
-    x = dropout(self.embedding_norm(x), self.rate, keys[0]).astype(self.dtype)
-    seg = batch["segment_ids"]
-    # Block-diagonal: a token sees the tokens of its own packed sequence; padding (0) sees none.
-    mask_b1tt = ((seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0))[:, None]
-    for block, key in zip(self.blocks, keys[1:]):
-      x = block(x, mask_b1tt, key, rope)
-    return x
+    return layers.dropout(self.embedding_norm(x), self.embedding_dropout, key)
 
-  def __call__(self, batch, dropout_key=None) -> dict[str, jax.Array]:
-    """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]` and, with the pair head,
-    `nsp_logits` [B, 2] (both float32)."""
-    hidden_btd = self.encode(batch, dropout_key)
-    positions_bp = batch["masked_positions"]
-    hidden_bpd = jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
-    h = self.mlm_norm(jax.nn.gelu(self.mlm_transform(hidden_bpd), approximate=False))
-    # Decoder tied to the input embedding: the vocab matmul only ever sees P positions, not T.
-    logits_bpv = h @ self.token_embedding[...].astype(h.dtype).T
-    out = {"mlm_logits": logits_bpv.astype(jnp.float32) + self.mlm_bias[...]}
+
+class LayerStack:
+  """The encoder's blocks (a list, or one module of stacked parameters under `scan_layers`)
+  and, pre-LN, the final norm, as attributes of the model or tower that holds them."""
+
+  def init_stack(self, cfg, rngs: nnx.Rngs, name: str) -> None:
+    """`name`: the path of `blocks` in the whole model's parameters (FSDP's layer shardings)."""
+    self.stack_name = name
+    self.dtype = compute_dtype(cfg.dtype)
+    self.use_rope = cfg.position_embedding_type == "rope"
+    self.head_size = cfg.hidden_size // cfg.num_heads
+    self.max_positions = cfg.max_position_embeddings
+    self.rope_bases = (cfg.rope_base, cfg.local_rope_base)
+    self.local_every = cfg.global_attention_every if cfg.local_attention_window else 0
+    # Built one by one in both layouts, so a scanned model starts from the same weights.
+    blocks = [layers.Block(cfg, rngs) for _ in range(cfg.num_layers)]
+    self.scan_layers = cfg.scan_layers
+    self.blocks = _stack(blocks) if cfg.scan_layers else nnx.List(blocks)
+    self.num_layers = cfg.num_layers
+    self.remat = cfg.remat
+    # Pre-LN: the residual stream is normalised once more after the last block.
+    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, cfg.use_bias)
+                       if cfg.norm_position == "pre" else None)
+
+  def run_stack(self, x, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
+    """[B, T, D] -> [B, T, D] through every block; attention only within a row's segments.
+    `constrain_layer(stack_name, layer_params)` runs on each layer's parameters (FSDP)."""
+    x = x.astype(self.dtype)
+    # rope: positions enter every layer's q.k (relative offsets, shared weights); global and
+    # local layers may use different bases (ModernBERT: 160k and 10k).
+    ropes = tuple(layers.rope_angles(batch["positions"], self.head_size, self.max_positions, b)
+                  for b in self.rope_bases) if self.use_rope else None
+    keys = (None,) * self.num_layers if dropout_key is None else tuple(
+        jax.random.split(dropout_key, self.num_layers))
+    seg = batch["segment_ids"]
+    constrain = functools.partial(constrain_layer or (lambda name, params: params),
+                                  self.stack_name)
+    policy = _POLICIES[self.remat]
+    if self.scan_layers:
+      graphdef, params = _split(self.blocks)
+      layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain, self.local_every),
+                             policy=policy)
+      layer_keys = None if dropout_key is None else jnp.stack(keys)
+      x, _ = jax.lax.scan(lambda h, xs: (layer(xs[0], h, seg, xs[1], ropes, xs[2]), None), x,
+                          (params, layer_keys, jnp.arange(self.num_layers)))
+    else:
+      for index, (block, key) in enumerate(zip(self.blocks, keys)):
+        graphdef, params = _split(block)
+        layer = jax.checkpoint(functools.partial(_run_layer, graphdef, constrain,
+                                                 self.local_every), policy=policy,
+                               static_argnums=(5,))
+        x = layer(params, x, seg, key, ropes, index)
+    return x if self.final_norm is None else self.final_norm(x)
+
+
+def mlm_logits(hidden_bpd, transform, norm, embedding_vd, bias_v) -> jax.Array:
+  """BERT's MLM head: dense, GELU, LayerNorm, then the decoder tied to the input embedding
+  (+ bias), in float32. Only ever given the P masked positions, never all T."""
+  h = norm(jax.nn.gelu(transform(hidden_bpd), approximate=False))
+  return jnp.einsum("bpd,vd->bpv", h, embedding_vd.astype(h.dtype),
+                    preferred_element_type=jnp.float32) + bias_v
+
+
+def gather(hidden_btd, positions_bp) -> jax.Array:
+  """[B, T, D] at [B, P] positions -> [B, P, D]."""
+  return jnp.take_along_axis(hidden_btd, positions_bp[..., None], axis=1)
+
+
+class BertForPretraining(nnx.Module, Embeddings, LayerStack):
+  """Embeddings -> encoder blocks -> MLM head on the gathered masked positions only; with
+  `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
+  `sbo_head` the span-boundary head on the same masked positions."""
+
+  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
+               sbo_head: bool = False):
+    d, std = cfg.hidden_size, cfg.initializer_range
+    self.init_embeddings(cfg, vocab_size, d, rngs)
+    self.init_stack(cfg, rngs, "blocks")
+    self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
+    self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias
+    if nsp_head:
+      self.pooler = layers.Dense(rngs, (d, d), ("embed", None), std)
+      self.nsp_classifier = layers.Dense(rngs, (d, 2), ("embed", None), std)
+    self.nsp_head = nsp_head
+    self.span_boundary = SpanBoundaryHead(cfg, vocab_size, rngs) if sbo_head else None
+
+  def encode(self, batch, dropout_key=None, constrain_layer=None):
+    """[B, T] ids -> [B, T, D] hidden states."""
+    keys = (None, None) if dropout_key is None else jax.random.split(dropout_key)
+    return self.run_stack(self.embed(batch, keys[0]), batch, keys[1], constrain_layer)
+
+  def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
+    """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]`, with the pair head
+    `nsp_logits` [B, 2], with the span-boundary head `sbo_logits` [B, P, V] (all float32)."""
+    hidden_btd = self.encode(batch, dropout_key, constrain_layer)
+    out = {"mlm_logits": mlm_logits(gather(hidden_btd, batch["masked_positions"]),
+                                    self.mlm_transform, self.mlm_norm, self.token_embedding[...],
+                                    self.mlm_bias[...])}
     if self.nsp_head:
       # BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
       # example each), then a 2-way classifier; no dropout in between (as in BERT's
       # pretraining head and Hugging Face's BertPreTrainingHeads).
       pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
       out["nsp_logits"] = self.nsp_classifier(pooled_bd).astype(jnp.float32)
+    if self.span_boundary is not None:
+      out["sbo_logits"] = self.span_boundary(hidden_btd, batch, self.token_embedding[...])
     return out

@@ -1,4 +1,11 @@
-"""Optimizer: global-norm clipping + AdamW or LAMB, warmup and linear decay, no decay on LN/bias.
+"""Optimizer: global-norm clipping + AdamW or LAMB, a warmup-then-decay schedule, no weight decay
+on LN/bias, optional per-tensor update clipping (StableAdamW-style).
+
+Schedules (`train.schedule`), all after a linear warmup from 0 to the peak:
+  linear  linear decay to `end_learning_rate` at the last step (BERT);
+  cosine  cosine decay to `end_learning_rate`;
+  wsd     warmup-stable-decay (trapezoidal): the peak until the last `decay_fraction` of the
+          steps, then down to `end_learning_rate`, linearly or as 1 - sqrt (ModernBERT).
 
 The learning rate is a function of the train state's step, passed to every update as `step=`:
 a step whose update is skipped (non-finite gradients, see make_optimizer) still uses up its
@@ -10,19 +17,36 @@ freezes.)
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 
 OPTIMIZERS = ("adamw", "lamb")
+SCHEDULES = ("linear", "cosine", "wsd")
+DECAY_SHAPES = ("linear", "sqrt")
+
+
+def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
+  if shape == "sqrt":  # 1 - sqrt(progress): most of the drop comes late
+    return lambda count: end + (peak - end) * (1.0 - jnp.sqrt(jnp.minimum(count / steps, 1.0)))
+  return optax.linear_schedule(peak, end, steps)
 
 
 def learning_rate_schedule(train_config) -> optax.Schedule:
-  """Linear warmup from 0 to the peak, then linear decay to `end_learning_rate` at the end."""
-  warmup = max(int(train_config.warmup_steps), 1)
-  decay = max(int(train_config.steps) - warmup, 1)
-  return optax.join_schedules([
-      optax.linear_schedule(0.0, train_config.learning_rate, warmup),
-      optax.linear_schedule(train_config.learning_rate, train_config.end_learning_rate, decay),
-  ], [warmup])
+  """The schedule of the module docstring, as a function of the step."""
+  t = train_config
+  peak, end = float(t.learning_rate), float(t.end_learning_rate)
+  warmup = max(int(t.warmup_steps), 1)
+  rest = max(int(t.steps) - warmup, 1)
+  if t.schedule == "cosine":
+    after = optax.cosine_decay_schedule(peak, rest, alpha=end / peak if peak else 0.0)
+  elif t.schedule == "wsd":
+    decay_steps = max(int(round(t.decay_fraction * rest)), 1)
+    after = optax.join_schedules([optax.constant_schedule(peak),
+                                  _decay(peak, end, decay_steps, t.decay_shape)],
+                                 [rest - decay_steps])
+  else:
+    after = _decay(peak, end, rest, "linear")
+  return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
 
 
 def decay_mask(params):
@@ -57,8 +81,13 @@ def make_optimizer(train_config) -> optax.GradientTransformationExtraArgs:
   norm before LAMB, as done here.
   """
   t = train_config
-  adam = [optax.scale_by_adam(b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps),
-          optax.add_decayed_weights(t.weight_decay, mask=decay_mask)]
+  adam = [optax.scale_by_adam(b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)]
+  if t.update_clip_rms > 0:
+    # StableAdamW (Wortsman et al., 2023) / Adafactor's update clipping: each tensor's Adam
+    # update is scaled down to RMS <= update_clip_rms, so a spike in one tensor's second-moment
+    # estimate cannot blow it up.
+    adam.append(optax.clip_by_block_rms(t.update_clip_rms))
+  adam.append(optax.add_decayed_weights(t.weight_decay, mask=decay_mask))
   if t.optimizer == "lamb":
     adam.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
   inner = optax.chain(optax.clip_by_global_norm(t.grad_clip_norm), *adam,

@@ -32,7 +32,7 @@ class Predictor:
   def __init__(self, workdir: str):
     run = workdir_lib.load_run(workdir)
     self.config, self.tok, self.step = run.config, run.tokenizer, run.step
-    self.model = run.model()
+    self.forward = run.forward
 
   def encode(self, text: str) -> list[int]:
     """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""
@@ -62,7 +62,7 @@ class Predictor:
         "token_type_ids": np.zeros((1, n), np.int32),
         "masked_positions": np.asarray([positions], np.int32),
     }
-    probs = np.asarray(jax.nn.softmax(self.model(batch)["mlm_logits"][0], axis=-1))  # [P, V]
+    probs = np.asarray(jax.nn.softmax(self.forward(batch)["mlm_logits"][0], axis=-1))  # [P, V]
     out = []
     for p in probs:
       best = np.argsort(-p)[:top_k]

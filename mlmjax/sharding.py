@@ -112,6 +112,11 @@ def compute_shardings(param_shardings_tree):
   return jax.tree.map(lambda s: without_axes(s, BATCH_AXES), param_shardings_tree)
 
 
+def drop_leading_axis(shardings_tree):
+  """The shardings of one slice along the leading axis (one layer of stacked parameters)."""
+  return jax.tree.map(lambda s: NamedSharding(s.mesh, P(*s.spec[1:])), shardings_tree)
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES))
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from mlmjax import electra
 from mlmjax import losses
 from mlmjax import model as model_lib
 from mlmjax import optim
@@ -32,15 +33,54 @@ class Setup:
   tx: optax.GradientTransformation
   mesh: jax.sharding.Mesh
   state_shardings: State
-  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py).
+  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); each
+  # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
   compute_shardings: dict
+  layer_shardings: dict[str, dict]
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
+  def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
+    """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
+    front, each block's weights only when that block runs; autodiff turns each gather into
+    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
+    def gather_outside_blocks(path, p, s):
+      return p if "blocks" in _names(path) else jax.lax.with_sharding_constraint(p, s)
+    params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
+                                              self.compute_shardings)
+    model = nnx.merge(self.graphdef, params)
+    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
 
-def _build_model(config, vocab_size: int, seed: int) -> model_lib.BertForPretraining:
+
+def _names(path) -> list[str]:
+  return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
+
+
+def _layer_shardings(compute: dict, model_config) -> dict[str, dict]:
+  """{"blocks": one layer's shardings} (ELECTRA: "generator/blocks", "discriminator/blocks"):
+  a slice of the stacked shardings, or the first layer's (all layers shard alike)."""
+  out = {}
+
+  def visit(tree, path):
+    for key, sub in tree.items():
+      if key == "blocks":
+        out["/".join(path + [key])] = (sharding.drop_leading_axis(sub)
+                                       if model_config.scan_layers else sub[0])
+      elif isinstance(sub, dict):
+        visit(sub, path + [key])
+  visit(compute, [])
+  return out
+
+
+def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
+  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
+  if config.objective.kind == "electra":
+    return electra.ElectraForPretraining(config.model, config.objective, vocab_size,
+                                         nnx.Rngs(params=seed))
   return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
-                                     nsp_head=formats.has_pair_labels(config.data.format))
+                                     nsp_head=formats.has_pair_labels(config.data.format),
+                                     sbo_head=config.objective.span_boundary_weight > 0)
 
 
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
@@ -50,7 +90,7 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
   the pretraining model of `config`); `config.train` gives the optimizer, `config.mesh.rules`
   the shardings."""
   if build is None:
-    build = lambda: _build_model(config, vocab_size, config.seed)
+    build = lambda: build_model(config, vocab_size, config.seed)
   abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
@@ -68,9 +108,10 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
       tx, lambda _, s: s, abstract["opt_state"], param_shardings,
       transform_non_params=lambda _: replicated)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
+  compute = sharding.compute_shardings(param_shardings)
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
-      compute_shardings=sharding.compute_shardings(param_shardings),
+      compute_shardings=compute, layer_shardings=_layer_shardings(compute, config.model),
       abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
@@ -80,7 +121,8 @@ def _global_counts(batch: dict) -> dict[str, jax.Array]:
   (NSP/SOP: one label per row). A micro-batch's loss divided by these, summed over the
   micro-batches, is exactly the big batch's loss, and so are its gradients."""
   return {"mlm_count": jnp.sum(batch["masked_weights"]),
-          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),
+          "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
 
 
 def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
@@ -111,12 +153,10 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
-      # FSDP: gather each weight over fsdp for compute; autodiff turns this into the
-      # reduce-scatter of its gradient. A no-op without an fsdp axis.
-      params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)
-      outputs = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
+      outputs = setup.forward(params, batch, dropout_key=key)
       sums = losses.model_sums(outputs, batch)
-      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}})
+      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}},
+                               config.objective)
       return loss, (sums, outputs["mlm_logits"])
 
     grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(params)
@@ -178,8 +218,7 @@ def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
   """(params, batch) -> metric sums and a target histogram, without dropout."""
 
   def eval_step(params, batch):
-    params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)  # as in training
-    outputs = nnx.merge(setup.graphdef, params)(batch)
+    outputs = setup.forward(params, batch)
     sums = losses.model_sums(outputs, batch, with_shown_ids=True)
     # Histogram of the targets, for the best constant predictor's accuracy (the baseline).
     sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[

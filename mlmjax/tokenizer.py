@@ -76,8 +76,9 @@ def _run(argv: list[str]) -> None:
     return
   if bool(_TOKENIZER.value) == bool(_WORKDIR.value):
     raise errors.UserError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
-  path = _TOKENIZER.value or workdir_lib.Workdir(_WORKDIR.value).tokenizer
-  tok = tokenizer_lib.Tokenizer.load(path)
+  run = None if _TOKENIZER.value else workdir_lib.Workdir(_WORKDIR.value)
+  path = _TOKENIZER.value or run.saved_tokenizer() or run.tokenizer
+  tok = tokenizer_lib.load(path)
   texts = texts or [line.rstrip("\n") for line in sys.stdin]
   for line in encode(tok, texts, _PIECES.value):
     print(line)

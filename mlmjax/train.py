@@ -23,14 +23,18 @@ from mlmjax import config_check
 from mlmjax import curves
 from mlmjax import distributed
 from mlmjax import errors
+from mlmjax import flops
+from mlmjax import hf_import
 from mlmjax import losses
 from mlmjax import metrics as metrics_lib
+from mlmjax import model as model_lib
 from mlmjax import phases as phases_lib
 from mlmjax import sharding
 from mlmjax import steps
 from mlmjax import workdir as workdir_lib
 from mlmjax import workdir_lock
 from mlmjax.data import input as input_lib
+from mlmjax.data import prefetch
 
 
 class NonFiniteError(errors.UserError):
@@ -108,6 +112,8 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   `stop_after` ends this call early at that step, with a checkpoint, as an interruption would:
   the run continues exactly where it stopped on the next call (e.g. Colab sessions in chunks).
   """
+  if config.init_from:  # the checkpoint's architecture and tokenizer, before the checks
+    config = hf_import.configure(config)
   config_check.check(config)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
@@ -120,7 +126,7 @@ class _Trainer:
 
   def __init__(self, config, run: workdir_lib.Workdir):
     self.config, self.workdir = config, run
-    self.input = input_lib.build(config, run.tokenizer, run.vocab_stats)
+    self.input = input_lib.build(config, run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
     self.mesh = sharding.make_mesh(config.mesh)
     self.phases = phases_lib.plan(config)
@@ -138,9 +144,14 @@ class _Trainer:
     self.phase = self.phase_config = self.data = None
 
   def _open_phase(self, phase: phases_lib.Phase):
-    """The input of `phase` (its first batch trains step phase.start + 1)."""
+    """The input of `phase` (its first batch trains step phase.start + 1), prefetched onto
+    the mesh while the device computes."""
+    if self.data is not None:
+      self.data.close()
     self.phase, self.phase_config = phase, phases_lib.phase_config(self.config, phase)
-    self.data = self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at)
+    self.data = prefetch.DevicePrefetcher(
+        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at),
+        self.mesh, self.config.data.device_prefetch)
     return self.data
 
   def _restore(self):
@@ -150,12 +161,27 @@ class _Trainer:
         lambda step: self._open_phase(phases_lib.phase_at(self.phases, max(step - 1, 0))))
     if restored is None:
       self._open_phase(self.phases[0])
+      if self.config.init_from:
+        logging.info("Starting from %s in %s", self.config.init_from, self.workdir.path)
+        return 0, hf_import.initial_state(self.config, self.setup, self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])
     self.feedback.load(restored.host["feedback"], restored.step)
     logging.info("Resumed from checkpoint at step %d in %s", restored.step, self.ckpt.directory)
     return restored.step, restored.state
+
+  def _peak_flops(self) -> float:
+    """The mesh's rated peak at the compute dtype, else a matmul timed here (e.g. a CPU)."""
+    dtype = model_lib.compute_dtype(self.config.model.dtype)
+    peak = flops.rated_peak(self.mesh.devices.flat[0], dtype) or flops.measured_matmul_peak(dtype)
+    return peak * self.mesh.size
+
+  def _set_throughput_shapes(self) -> None:
+    self.throughput.set_shapes(
+        self.config.train.batch_size * self.phase.seq_len,
+        flops.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
+                                    self.phase.seq_len, self.phase.max_predictions))
 
   def _evaluate(self, step: int, params) -> dict[str, float]:
     out = evaluate(self.eval_step, params, self.input, self.phase_config, self.mesh)
@@ -184,7 +210,8 @@ class _Trainer:
     if step % self.config.train.log_every_steps == 0 or step == self.config.train.steps:
       row = self.loop.take_row(m)
       if row:
-        row.update(self.throughput.update(step))
+        row.update(self.throughput.update(step),
+                   input_wait_fraction=self.data.take_wait_fraction())
         metrics_lib.log_progress(step, self.config.train.steps, row)
         self.writer.write(step, row)
 
@@ -194,7 +221,8 @@ class _Trainer:
     self.workdir.save_config(self.config)  # only now: a config that cannot resume changes nothing
     self.writer = metrics_lib.MetricWriter(self.workdir.metrics, self.workdir.tensorboard,
                                            resume_step=self.start)
-    self.throughput = metrics_lib.Throughput(t.batch_size * self.phase.seq_len, t.steps)
+    self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())
+    self._set_throughput_shapes()
     last = t.steps if stop_after is None else min(t.steps, stop_after)
     eval_metrics: dict[str, float] = {}
     pending = None  # (step, metrics) of the step still in flight
@@ -208,11 +236,10 @@ class _Trainer:
       for step in range(self.start, last):
         if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
           self._open_phase(self.phases[self.phase.index + 1])
-          self.throughput.tokens_per_step = t.batch_size * self.phase.seq_len
+          self._set_throughput_shapes()
           logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
                        self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
-        state, step_metrics = self.train_step(state,
-                                              sharding.to_device(next(self.data), self.mesh))
+        state, step_metrics = self.train_step(state, next(self.data))
         # At most two steps in flight: block on the previous one (needed by the CPU backend
         # with many devices, and free elsewhere since the device is busy with this step).
         if pending is not None:
@@ -240,6 +267,7 @@ class _Trainer:
       if pending is not None:
         self._finish(*pending)
     finally:  # also on errors: let a pending async save finish rather than lose it
+      self.data.close()
       self.ckpt.close()
       self.writer.close()
     if last > self.start:

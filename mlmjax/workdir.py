@@ -2,7 +2,8 @@
 
     WORKDIR/
       config.json          the resolved config of the run
-      tokenizer.model      the sentencepiece model (trained or copied)
+      tokenizer.model      the sentencepiece model (trained or copied), or
+      tokenizer_hf/        a Hugging Face tokenizer's files (runs started from such a model)
       tokenizer_stats.npz  per-piece tables (word starts, capitals, corpus counts) for masking
       checkpoints/N/       orbax: state (params + optimizer + step), data (every shard's grain
                            position, JSON), host (the train loop's own state and that of its
@@ -23,6 +24,7 @@ Only this module knows these names; every other module is handed the paths it wr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 
@@ -52,6 +54,13 @@ class Workdir:
 
   config = property(lambda self: self._join("config.json"))
   tokenizer = property(lambda self: self._join("tokenizer.model"))
+  hf_tokenizer = property(lambda self: self._join("tokenizer_hf"))
+  # Where each kind of tokenizer is kept; a run has one of them.
+  tokenizers = property(lambda self: {"sentencepiece": self.tokenizer,
+                                      "huggingface": self.hf_tokenizer})
+
+  def saved_tokenizer(self) -> str | None:
+    return next((p for p in self.tokenizers.values() if os.path.exists(p)), None)
   vocab_stats = property(lambda self: self._join("tokenizer_stats.npz"))
   checkpoints = property(lambda self: os.path.join(os.path.abspath(self.path), "checkpoints"))
   corrupt_checkpoints = property(
@@ -100,7 +109,7 @@ class FinishedRun:
   """A run's config, tokenizer and the state of one checkpoint, on one device."""
 
   config: ml_collections.ConfigDict
-  tokenizer: tokenizer_lib.Tokenizer
+  tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   step: int
   state: steps.State  # {"step", "params", "opt_state"}
   setup: steps.Setup  # the mesh, shardings and graph it was restored onto
@@ -113,6 +122,16 @@ class FinishedRun:
     """The NNX model holding the checkpoint's parameters."""
     return nnx.merge(self.graphdef, self.state["params"])
 
+  @functools.cached_property
+  def _apply(self):
+    graphdef = self.graphdef
+    return jax.jit(lambda params, batch: nnx.merge(graphdef, params)(batch))
+
+  def forward(self, batch: dict) -> dict:
+    """The model's outputs on a host batch, compiled once per batch shape (op-by-op dispatch
+    of the NNX module is several times slower, even for one text)."""
+    return self._apply(self.state["params"], batch)
+
 
 def load_run(path: str, step: int | None = None,
              mesh: jax.sharding.Mesh | None = None) -> FinishedRun:
@@ -121,7 +140,7 @@ def load_run(path: str, step: int | None = None,
   mesh.rules), by default on the first device."""
   run = Workdir(path)
   config = run.load_config()
-  tok = tokenizer_lib.Tokenizer.load(run.tokenizer)
+  tok = tokenizer_lib.load(run.saved_tokenizer() or run.tokenizer)
   if mesh is None:
     config.mesh.shape = (1, 1, 1)
     mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])

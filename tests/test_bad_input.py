@@ -58,8 +58,8 @@ def _set(config, dotted, value):
                              " segment_pair, sentence_pair, sop"),
     ("data.source", "/nonexistent/*.txt",
      "/nonexistent/*.txt: no files match; config.data.source takes 'builtin', a .txt/.jsonl"
-     " file, a glob such as 'corpus/*.txt', a comma-separated list of these, or"
-     " tfds:NAME[:SPLIT[:FEATURE]]"),
+     " file, a glob such as 'corpus/*.txt', a comma-separated list of these,"
+     " tfds:NAME[:SPLIT[:FEATURE]], or prepared:DIR (made by python -m mlmjax.prepare)"),
 ])
 def test_config_and_data_errors_change_nothing(trained, micro_config, key, value, message):
   workdir, before = trained

@@ -91,16 +91,15 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
 
 
 def test_bench_prints_its_numbers(tokenizer_path):
-  proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2",
+  proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
               "--config.train.batch_size=8")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  values = {}
-  for line in proc.stdout.splitlines():
-    label, _, rest = line.partition("  ")
-    number = re.match(r"\s*([\d,.]+)", rest)
-    if number:
-      values[label.strip()] = float(number.group(1).replace(",", ""))
-  for label in ("parameters", "step time", "train tokens/s", "model TFLOP/s", "matmul peak",
-                "MFU", "host pipeline"):
-    assert label in values and 0 < values[label] < float("inf"), (label, proc.stdout)
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result["config"] == "configs/tiny.py" and result["batch"] == 8
+  for key in ("parameters", "step_ms_median", "step_ms_min", "tokens_per_sec", "flops_per_step",
+              "model_tflops_per_sec", "matmul_peak_tflops_measured", "mfu_measured_peak",
+              "compile_s", "compiled_memory_bytes_per_device", "input_tokens_per_sec"):
+    assert 0 < result[key] < float("inf"), (key, result)
+  assert result["step_ms_min"] <= result["step_ms_median"]
+  assert result["rated_peak_tflops"] is None  # a CPU has no datasheet peak

@@ -110,10 +110,11 @@ def test_other_rules(key, value, message):
 
 
 def test_every_preset_passes():
-  from configs import bert, mosaicbert, roberta, spanbert, wwm  # pylint: disable=g-import-not-at-top
+  from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm  # pylint: disable=g-import-not-at-top
   configs = [tiny.get_config(), spanbert.get_config(), wwm.get_config(),
              mosaicbert.get_config(), *(bert.get_config(s) for s in bert.SIZES),
-             *(roberta.get_config(s) for s in ("base", "large"))]
+             *(roberta.get_config(s) for s in ("base", "large")),
+             *(modernbert.get_config(s) for s in modernbert.SIZES)]
   for config in configs:
     config_check.check(config, 8, 1)
 

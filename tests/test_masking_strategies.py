@@ -681,3 +681,22 @@ def test_degenerate_rows(strategy, stats, gazetteer):
     out = m(b, seed=0, step=0, example_ids=np.arange(len(b["input_ids"])))
     assert out["masked_positions"].shape == (len(b["input_ids"]), P)
     np.testing.assert_array_equal(out["masked_weights"].sum(1), [0, 1, 0, 1][:len(b["input_ids"])])
+
+
+def test_span_boundaries_of_a_hand_built_row():
+  """Two words, [60 20 21] and [61 22] (ids >= 50 start words), masked whole as two spans of
+  one word: each slot gets the positions just outside its own span and its offset in it."""
+  ids = np.array([[tok_lib.CLS_ID, 60, 20, 21, 61, 22, tok_lib.SEP_ID]], np.int32)
+  counts = np.ones(100, np.int64)
+  stats = _synthetic_stats(counts)
+  stats.word_start[:50] = False
+  m = masking.Masker(_cfg(strategy="span", mask_rate=0.9, span_p=1.0, span_max_words=1), stats,
+                     span_boundaries=True)
+  out = m({"input_ids": ids, "segment_ids": np.ones_like(ids)}, seed=0, step=0,
+          example_ids=np.arange(1))
+  w = out["masked_weights"][0] > 0
+  assert list(out["masked_positions"][0][w]) == [1, 2, 3, 4, 5]
+  assert list(out["masked_span_left"][0][w]) == [0, 0, 0, 3, 3]
+  assert list(out["masked_span_right"][0][w]) == [4, 4, 4, 6, 6]
+  assert list(out["masked_span_offset"][0][w]) == [0, 1, 2, 0, 1]
+  assert not out["masked_span_left"][0][~w].any()  # padding slots

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from mlmjax import attention as attention_lib
+from mlmjax import layers
 from mlmjax import model as model_lib
 
 
@@ -109,3 +111,115 @@ def test_rope_sees_only_relative_positions(micro_config):
   learned = _model(micro_config)
   assert not np.allclose(np.asarray(learned.encode(batch)), np.asarray(learned.encode(shifted)),
                          atol=1e-3)
+
+
+def test_scan_and_remat_train_like_the_plain_model():
+  """Stacked layers under lax.scan and every rematerialisation policy: the same initial
+  weights (stacked), the same losses and the same parameters after three steps."""
+  from test_sharding import small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  batches = synthetic_batches(3)
+  plain_metrics, plain = train(small_config((1, 1, 1)), batches, devices=jax.devices()[:1])
+  for scan, remat in ((True, "none"), (False, "full"), (True, "dots_saveable")):
+    config = small_config((1, 1, 1))
+    config.model.scan_layers, config.model.remat = scan, remat
+    metrics, state = train(config, batches, devices=jax.devices()[:1])
+    for m, want in zip(metrics, plain_metrics):
+      np.testing.assert_allclose(m["mlm_loss_sum"], want["mlm_loss_sum"], rtol=1e-5)
+    blocks = state["params"]["blocks"]
+    for i, layer in plain["params"]["blocks"].items():
+      got = jax.tree.map(lambda x: x[int(i)], blocks) if scan else blocks[i]
+      for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(layer)):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
+  from test_sharding import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  config = small_config((1, 1, 1))
+  config.model.dtype = "bfloat16"
+  config.train.learning_rate = 3e-3
+  batches = synthetic_batches(2)
+  metrics, state = train(config, batches * 5, devices=jax.devices()[:1])
+  assert all(x.dtype == np.float32 for x in jax.tree.leaves(state["params"]))
+  assert all(x.dtype == np.float32 for x in jax.tree.leaves(state["opt_state"])
+             if np.issubdtype(x.dtype, np.floating))
+  losses = losses_of(metrics)
+  assert losses[-1] < losses[0] - 0.5, losses
+  model = model_lib.BertForPretraining(config.model, 512, nnx.Rngs(params=0))
+  batch = {k: v[:2] for k, v in batches[0].items()}
+  assert model.encode(batch).dtype == jnp.bfloat16
+  assert model(batch)["mlm_logits"].dtype == jnp.float32
+
+
+def test_local_attention_mask_is_the_sliding_window_within_each_sequence():
+  seg = np.array([[1] * 12 + [2] * 6 + [0] * 2])
+  want = np.zeros((20, 20), bool)
+  for t in range(20):
+    for s in range(20):
+      want[t, s] = seg[0, t] == seg[0, s] > 0 and abs(t - s) <= 4  # window 8: 4 each side
+  np.testing.assert_array_equal(np.asarray(attention_lib.mask(seg, 8, local=True))[0, 0], want)
+  everywhere = np.asarray(attention_lib.mask(seg, 8, local=False))[0, 0]
+  np.testing.assert_array_equal(everywhere, (seg[0][:, None] == seg[0][None]) & (seg[0] > 0))
+  # The kernels apply it too: splash's own local mask (interpreted) against the oracle.
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(1, 128, 2, 16)), jnp.float32) for _ in range(3))
+  seg = jnp.asarray(np.r_[[1] * 70, [2] * 50, [0] * 8][None])
+  real = np.asarray(seg > 0)[0]
+  want = attention_lib.reference(q, k, v, seg, window=16, local=True)
+  for impl in ("xla", "splash"):
+    got = attention_lib.attend(q, k, v, seg, impl, interpret=True, window=16, local=True)
+    np.testing.assert_allclose(np.asarray(got)[0, real], np.asarray(want)[0, real], atol=2e-5)
+
+
+@pytest.mark.parametrize("mlp,bias", [("gelu", True), ("geglu", False), ("swiglu", True)])
+def test_block_parameter_counts(micro_config, mlp, bias):
+  m = micro_config.model
+  m.mlp, m.use_bias, m.norm_position = mlp, bias, "pre"
+  d, f = m.hidden_size, m.intermediate_size
+  block = layers.Block(m, nnx.Rngs(params=0))
+  count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(block, nnx.Param)))
+  matrices = 4 * d * d + (3 if mlp != "gelu" else 2) * d * f  # q, k, v, out; MLP in (+gate), out
+  biases = (3 * d + d + (2 if mlp != "gelu" else 1) * f + d + 2 * d) if bias else 0
+  assert count == matrices + 2 * d + biases  # + the two LayerNorm scales
+
+
+def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config):
+  """The ModernBERT preset's options on the micro model: pre-LN, GeGLU, no biases, sliding
+  windows (8 tokens in two of three layers), two rotary bases, WSD with 1 - sqrt decay and
+  update clipping, scanned layers."""
+  from configs import modernbert  # pylint: disable=g-import-not-at-top
+  from conftest import saved_state  # pylint: disable=g-import-not-at-top
+  from mlmjax import train  # pylint: disable=g-import-not-at-top
+  preset = modernbert.get_config("base")
+  c = micro_config
+  for key in ("norm_position", "mlp", "use_bias", "position_embedding_type", "global_attention_every",
+              "rope_base", "local_rope_base", "layer_norm_eps", "scan_layers"):
+    c.model[key] = preset.model[key]
+  c.model.num_layers, c.model.local_attention_window = 3, 8
+  for key in ("schedule", "decay_shape", "adam_b2", "update_clip_rms"):
+    c.train[key] = preset.train[key]
+  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+  metrics = train.train_and_evaluate(c, straight)
+  assert np.isfinite(metrics["eval/loss"])
+  train.train_and_evaluate(c, split, stop_after=5)
+  train.train_and_evaluate(c, split)
+  a, b = saved_state(straight), saved_state(split)
+  assert "final_norm" in a["params"] and "bias" not in a["params"]["final_norm"]
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
+
+
+def test_span_boundary_head_reads_only_the_boundaries_and_the_offset(micro_config):
+  model = model_lib.BertForPretraining(micro_config.model, 512, nnx.Rngs(params=0),
+                                       sbo_head=True)
+  batch = _row([2, 10, 11, 4, 4, 4, 14, 3], [])
+  batch.update(masked_positions=np.array([[3, 4, 5]]), masked_span_left=np.array([[2, 2, 2]]),
+               masked_span_right=np.array([[6, 6, 6]]), masked_span_offset=np.array([[0, 1, 2]]))
+  got = np.asarray(model(batch)["sbo_logits"])
+  h = model.encode(batch)[0]
+  head = model.span_boundary
+  gelu = lambda x: jax.nn.gelu(x, approximate=False)
+  for slot in range(3):
+    x = jnp.concatenate([h[2], h[6], head.offset_embedding[...][slot]])
+    y = head.norm2(gelu(head.dense2(head.norm1(gelu(head.dense1(x))))))
+    want = y @ model.token_embedding[...].T + head.bias[...]
+    np.testing.assert_allclose(got[0, slot], np.asarray(want), rtol=2e-5, atol=2e-5)

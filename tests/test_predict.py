@@ -34,7 +34,8 @@ def test_fill_mask_gives_what_the_model_learned(trained):
   assert predictor.step == 500
   fills = predictor.fill_mask("And the LORD spake unto [MASK], saying,", top_k=3)
   assert len(fills) == 1 and len(fills[0]) == 3
-  assert fills[0][0][0] == "Moses" and fills[0][0][1] > 0.5, fills
+  # Far above chance (1/4096) and above the runner-up ("spake", the word the mask follows).
+  assert fills[0][0][0] == "Moses" and fills[0][0][1] > 0.4, fills
   fills = predictor.fill_mask("In the beginning God created the [MASK] and the earth.")
   assert fills[0][0][0] == "heaven", fills
 

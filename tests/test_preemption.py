@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, latest_step, saved_state, user_env
+from mlmjax import metrics
 
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
@@ -60,7 +61,7 @@ def _final(workdir):
   rows = []
   for line in open(os.path.join(workdir, "metrics.jsonl")):
     row = json.loads(line)
-    rows.append({k: v for k, v in row.items() if k not in ("tokens_per_sec", "eta_sec")})
+    rows.append({k: v for k, v in row.items() if k not in metrics.TIMINGS})
   return state, rows
 
 

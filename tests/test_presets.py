@@ -2,7 +2,7 @@
 
 import pytest
 
-from configs import bert, mosaicbert, roberta, spanbert, wwm
+from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm
 from mlmjax import phases
 
 BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
@@ -59,6 +59,27 @@ def test_spanbert_wwm_and_30_percent():
   # Decoupled weight decay 1e-5 (Composer) = optax adamw's weight_decay * peak lr.
   assert abs(m.train.weight_decay * m.train.learning_rate - 1e-5) < 1e-12
   assert m.data.format == "full_sentences"
+
+
+@pytest.mark.parametrize("size,layers,hidden,heads,mlp,lr", [
+    ("base", 22, 768, 12, 1152, 8e-4), ("large", 28, 1024, 16, 2624, 5e-4)])
+def test_modernbert(size, layers, hidden, heads, mlp, lr):
+  c = modernbert.get_config(size)
+  m = c.model
+  assert (m.num_layers, m.hidden_size, m.num_heads, m.intermediate_size) == (
+      layers, hidden, heads, mlp)
+  assert (m.norm_position, m.mlp, m.use_bias, m.position_embedding_type) == (
+      "pre", "geglu", False, "rope")
+  assert (m.local_attention_window, m.global_attention_every) == (128, 3)
+  assert (m.rope_base, m.local_rope_base, m.layer_norm_eps) == (160_000, 10_000, 1e-5)
+  assert m.dropout_rate == m.attention_dropout_rate == 0.0
+  assert c.tokenizer.vocab_size == 50368
+  assert (c.masking.mask_rate, c.data.seq_len, c.data.format) == (0.30, 1024, "full_sentences")
+  t = c.train
+  assert (t.learning_rate, t.adam_b1, t.adam_b2, t.adam_eps) == (lr, 0.9, 0.98, 1e-6)
+  assert (t.schedule, t.decay_shape, t.batch_size, t.update_clip_rms) == ("wsd", "sqrt", 4608, 1.0)
+  assert abs(t.weight_decay * t.learning_rate - 1e-5) < 1e-12
+  assert abs(t.steps * t.batch_size * 1024 - 1.7e12) < 1024 * t.batch_size  # 1.7T tokens
 
 
 def test_unknown_size_is_a_clear_error():

@@ -89,7 +89,8 @@ def test_jsonl_lone_surrogates_become_encodable(tmp_path):
 
 # ---- bad input: one-line errors, or warnings and go on ------------------------------------
 _FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl file, a glob such as"
-          " 'corpus/*.txt', a comma-separated list of these, or tfds:NAME[:SPLIT[:FEATURE]]")
+          " 'corpus/*.txt', a comma-separated list of these, tfds:NAME[:SPLIT[:FEATURE]], or"
+          " prepared:DIR (made by python -m mlmjax.prepare)")
 
 
 def test_missing_paths_and_file_types(tmp_path):

@@ -32,6 +32,8 @@ def test_strategy_and_format_train_and_resume_exactly(tmp_path, micro_config, st
   c.data.format = data_format
   c.masking.mixture = "random=0.4,span=0.3,whole_word=0.3"
   c.masking.adaptive_every_steps = 2
+  if strategy == "span":  # SpanBERT: with its span-boundary objective
+    c.objective.span_boundary_weight = 1.0
   if strategy == "entity":
     gazetteer = tmp_path / "names.txt"
     gazetteer.write_text("the LORD\nthe children of Israel\n", encoding="utf-8")
@@ -44,6 +46,7 @@ def test_strategy_and_format_train_and_resume_exactly(tmp_path, micro_config, st
   pair = formats.has_pair_labels(data_format)
   assert ("eval/nsp_accuracy" in metrics) == pair
   assert all(("nsp_loss" in r) == pair for r in train_rows)
+  assert all(("sbo_loss" in r) == (strategy == "span") for r in train_rows)
   if pair:
     assert 0.0 <= metrics["eval/nsp_accuracy"] <= 1.0 and np.isfinite(metrics["eval/nsp_loss"])
   # Interrupted after step 5 (mid checkpoint interval) and resumed: the same end, bit for bit.

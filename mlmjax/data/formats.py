@@ -1,10 +1,10 @@
-"""Example construction: tokenized documents -> fixed-length rows, in RoBERTa's taxonomy.
+"""Example construction: tokenized documents -> units (the sequences of a row), in RoBERTa's
+taxonomy. rows.py packs units into rows and turns whole batches of them into arrays.
 
-Every format starts from a document's tokenized sentences (see sentences.py) and emits rows of
-exactly seq_len tokens with `input_ids`, `token_type_ids`, `segment_ids` (1, 2, ... per packed
-sequence, 0 on padding: the model's attention never crosses them), `positions` (restarting at
-0 per sequence), and, for the masker, `sequence_keys` (the sequence's origin: document and
-chunk) and `epochs`.
+Every format starts from a document's tokenized sentences (see sentences.py). A *unit* is one
+`[CLS] ... [SEP]` sequence or one `[CLS] A [SEP] B [SEP]` pair: the token arrays to concatenate
+(specials included), its length, its token types (0 up to the end of A, then 1), its sequence
+key (document and chunk: static masks follow it), its epoch key and its pair label.
 
   full_sentences   whole sentences, consecutive, up to seq_len - 2 tokens per `[CLS] ... [SEP]`
                    sequence (a longer sentence is cut); sequences of different documents are
@@ -21,18 +21,18 @@ chunk) and `epochs`.
                    document, swapped half the time (`nsp_labels` 1 = swapped).
 
 All randomness (segment lengths, negatives, swaps) comes from a generator seeded with
-(seed, document, epoch key), so a row is a pure function of the data position: resumable.
+(seed, document, epoch key), so a unit is a pure function of the data position: resumable.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Callable
+from collections.abc import Iterable, Iterator
+from typing import Callable, NamedTuple
 
-import grain
 import numpy as np
 
+from mlmjax.data import rows as rows_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 
 FORMATS = ("full_sentences", "doc_sentences", "segment_pair", "sentence_pair", "sop")
@@ -41,69 +41,80 @@ PAIR_FORMATS = ("segment_pair", "sentence_pair", "sop")
 # BERT's create_pretraining_data: 10% of segment pairs aim at a shorter random length, so the
 # model also sees short inputs.
 SHORT_SEQ_PROB = 0.1
+_CLS = np.array([tokenizer_lib.CLS_ID], np.int32)
+_SEP = np.array([tokenizer_lib.SEP_ID], np.int32)
 
 
 def has_pair_labels(data_format: str) -> bool:
   return data_format in PAIR_FORMATS
 
 
+def packs(data_format: str) -> bool:
+  """Whether rows hold several units (first-fit packing) or one each."""
+  return data_format == "full_sentences"
+
+
 @dataclasses.dataclass
 class Document:
   """One occurrence of a document in the data stream, tokenized sentence by sentence."""
 
-  index: int  # position in the source (stable identity)
+  index: int  # position in the split (stable identity)
   epoch_key: int  # the epoch, or the epoch modulo BERT's dupe factor for static masking
   sentences: list[np.ndarray]  # int32 ids per sentence, none empty
+
+
+class Unit(NamedTuple):
+  """One sequence (or pair) of a row; see the module docstring."""
+
+  pieces: tuple[np.ndarray, ...]  # int32 arrays to concatenate, [CLS]/[SEP] included
+  length: int
+  type0: int  # the first type0 tokens have token type 0 (segment A), the rest 1
+  key: int  # sequence key: (document << 32) + chunk + 1; 0 is padding
+  epoch: int  # the document's epoch key
+  label: int  # NSP/SOP label; -1 for single sequences
 
 
 def _sequence_key(doc: int, chunk: int) -> int:
   return (doc << 32) + chunk + 1  # 0 is reserved for padding
 
 
-def _row(parts: list[np.ndarray], types: list[int], seq_len: int, key: int,
-         epoch_key: int) -> dict[str, np.ndarray]:
-  """Concatenates parts (with their token types) and pads to seq_len as one sequence."""
-  ids = np.concatenate(parts).astype(np.int32)
-  n = len(ids)
-  out = {
-      "input_ids": np.zeros(seq_len, np.int32),
-      "token_type_ids": np.zeros(seq_len, np.int32),
-      "segment_ids": np.zeros(seq_len, np.int32),
-      "positions": np.zeros(seq_len, np.int32),
-      "sequence_keys": np.zeros(seq_len, np.int64),
-      "epochs": np.zeros(seq_len, np.int32),
-  }
-  out["input_ids"][:n] = ids
-  out["token_type_ids"][:n] = np.concatenate(
-      [np.full(len(p), t, np.int32) for p, t in zip(parts, types)])
-  out["segment_ids"][:n] = 1
-  out["positions"][:n] = np.arange(n)
-  out["sequence_keys"][:n] = key
-  out["epochs"][:n] = epoch_key
-  return out
+def _chunk_parts(sentences: list[np.ndarray], max_tokens: int
+                 ) -> list[tuple[list[np.ndarray], int]]:
+  """Greedy runs of whole consecutive sentences of at most max_tokens tokens each, as (list of
+  sentences, their length); a sentence longer than max_tokens is cut into max_tokens pieces."""
+  chunks, current, length = [], [], 0
+  for sentence in sentences:
+    n = len(sentence)
+    if n > max_tokens:
+      for start in range(0, n, max_tokens):
+        piece = sentence[start:start + max_tokens]
+        if current and length + len(piece) > max_tokens:
+          chunks.append((current, length))
+          current, length = [], 0
+        current.append(piece)
+        length += len(piece)
+      continue
+    if current and length + n > max_tokens:
+      chunks.append((current, length))
+      current, length = [], 0
+    current.append(sentence)
+    length += n
+  if current:
+    chunks.append((current, length))
+  return chunks
 
 
 def chunk_sentences(sentences: list[np.ndarray], max_tokens: int) -> list[np.ndarray]:
   """Greedy runs of whole consecutive sentences of at most max_tokens tokens each; a sentence
   longer than max_tokens is cut into max_tokens pieces."""
-  chunks, current, length = [], [], 0
-  for sentence in sentences:
-    for start in range(0, len(sentence), max_tokens):
-      piece = sentence[start:start + max_tokens]
-      if current and length + len(piece) > max_tokens:
-        chunks.append(np.concatenate(current))
-        current, length = [], 0
-      current.append(piece)
-      length += len(piece)
-  if current:
-    chunks.append(np.concatenate(current))
-  return chunks
+  return [np.concatenate(parts) for parts, _ in _chunk_parts(sentences, max_tokens)]
 
 
-def _single_sequences(doc: Document, seq_len: int) -> list[dict[str, np.ndarray]]:
-  cls, sep = np.array([tokenizer_lib.CLS_ID]), np.array([tokenizer_lib.SEP_ID])
-  return [_row([cls, chunk, sep], [0, 0, 0], seq_len, _sequence_key(doc.index, c), doc.epoch_key)
-          for c, chunk in enumerate(chunk_sentences(doc.sentences, seq_len - 2))]
+def sequence_units(doc: Document, seq_len: int) -> list[Unit]:
+  """The `[CLS] chunk [SEP]` sequences of a document (full_sentences, doc_sentences)."""
+  key = doc.index << 32
+  return [Unit((_CLS, *parts, _SEP), n + 2, n + 2, key + c + 1, doc.epoch_key, -1)
+          for c, (parts, n) in enumerate(_chunk_parts(doc.sentences, seq_len - 2))]
 
 
 def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int,
@@ -118,7 +129,7 @@ def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int,
 
 
 class PairMaker:
-  """Builds segment_pair / sentence_pair / sop rows of one document.
+  """Builds the segment_pair / sentence_pair / sop units of one document.
 
   `random_document(rng, not_index)` returns the tokenized sentences of another document (for
   NSP negatives); it is drawn from the same split, so eval negatives stay held out.
@@ -140,22 +151,19 @@ class PairMaker:
     inner = np.arange(1, len(sentence))
     return inner if self.word_start is None else inner[self.word_start[sentence[1:]]]
 
-  def __call__(self, doc: Document) -> list[dict[str, np.ndarray]]:
+  def __call__(self, doc: Document) -> list[Unit]:
     rng = np.random.default_rng([self.seed, doc.index, doc.epoch_key])
     if self.format == "sentence_pair":
       pairs = self._sentence_pairs(doc, rng)
     else:
       pairs = self._segment_pairs(doc, rng)
-    rows = []
-    cls, sep = np.array([tokenizer_lib.CLS_ID]), np.array([tokenizer_lib.SEP_ID])
+    units = []
     for n, (a, b, label) in enumerate(pairs):
       a, b = _truncate_pair(a, b, self.seq_len - 3, rng)
       if len(a) and len(b):
-        row = _row([cls, a, sep, b, sep], [0, 0, 0, 1, 1], self.seq_len,
-                   _sequence_key(doc.index, n), doc.epoch_key)
-        row["nsp_labels"] = np.int32(label)
-        rows.append(row)
-    return rows
+        units.append(Unit((_CLS, a, _SEP, b, _SEP), len(a) + len(b) + 3, len(a) + 2,
+                          _sequence_key(doc.index, n), doc.epoch_key, label))
+    return units
 
   def _random_b(self, doc: Document, rng, target: int) -> np.ndarray:
     """Whole sentences of another document, from a random start, up to `target` tokens."""
@@ -219,61 +227,37 @@ class PairMaker:
         yield sentences[s], sentences[s + 1], 0
 
 
-class _FlatMap(grain.experimental.FlatMapTransform):
-  """Document -> list of rows, for grain's FlatMapIterDataset."""
-
-  # Only the MapDataset flavour of FlatMap needs a bound; ours runs on an IterDataset.
-  max_fan_out = 1 << 30
-
-  def __init__(self, fn: Callable[[Document], list[dict[str, np.ndarray]]]):
-    self.fn = fn
-
-  def flat_map(self, doc: Document) -> list[dict[str, np.ndarray]]:
-    return self.fn(doc)
-
-
-class _Packable:
-  """A single-sequence row trimmed to its real tokens and to the features worth packing."""
-
-  def __init__(self, features: tuple[str, ...]):
-    self.features = features
-
-  def __call__(self, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    n = int(row["segment_ids"].sum())
-    return {k: row[k][:n] for k in self.features}
-
-
-def _unpack(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """The packer's output -> our row layout (features left out of packing are all zeros)."""
-  ids = row["input_ids"]
-  return {
-      "input_ids": ids,
-      "token_type_ids": np.zeros_like(ids),
-      "segment_ids": row["input_ids_segment_ids"].astype(np.int32),
-      "positions": row["input_ids_positions"].astype(np.int32),
-      "sequence_keys": row.get("sequence_keys", np.zeros(ids.shape, np.int64)),
-      "epochs": row.get("epochs", np.zeros(ids.shape, np.int32)),
-  }
-
-
-def make_rows(docs: grain.IterDataset, data_format: str, seq_len: int, seed: int,
-              num_bins: int, random_document=None, keep_origin: bool = False,
-              word_start: np.ndarray | None = None) -> grain.IterDataset:
-  """IterDataset of `Document`s -> IterDataset of rows (dicts of [seq_len] arrays).
-
-  `keep_origin`: carry `sequence_keys`/`epochs` through packing (static masking needs them;
-  packing fewer features is faster, so otherwise they are zeros). `word_start`: see PairMaker.
-  """
+def unit_maker(data_format: str, seq_len: int, seed: int, random_document=None,
+               word_start: np.ndarray | None = None) -> Callable[[Document], list[Unit]]:
+  """Document -> its units in `data_format` (PairMaker's arguments for the pair formats)."""
   if data_format in PAIR_FORMATS:
-    maker = PairMaker(data_format, seq_len, seed, random_document, word_start)
-    return grain.experimental.FlatMapIterDataset(docs, _FlatMap(maker))
-  single = grain.experimental.FlatMapIterDataset(
-      docs, _FlatMap(functools.partial(_single_sequences, seq_len=seq_len)))
-  if data_format == "doc_sentences":
-    return single
-  # Token types are all 0 here, so they are not packed.
-  features = ("input_ids", "sequence_keys", "epochs") if keep_origin else ("input_ids",)
-  packed = grain.experimental.FirstFitPackIterDataset(
-      single.map(_Packable(features)), length_struct={k: seq_len for k in features},
-      num_packing_bins=num_bins, seed=seed, shuffle_bins=True)
-  return packed.map(_unpack)
+    return PairMaker(data_format, seq_len, seed, random_document, word_start)
+  return lambda doc: sequence_units(doc, seq_len)
+
+
+def make_rows(docs: Iterable[Document], data_format: str, seq_len: int, seed: int,
+              num_bins: int, random_document=None, keep_origin: bool = False,
+              word_start: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
+  """Documents -> rows (dicts of [seq_len] arrays, `nsp_labels` a scalar), one at a time, built
+  as the pipeline builds them (rows.py; the pipeline keeps whole batches together, stream.py).
+
+  `num_bins`: rows filled at once by first-fit packing. `keep_origin`: add `sequence_keys` and
+  `epochs` (static masking needs them). `word_start`: see PairMaker. The rows still open when
+  `docs` ends are emitted too.
+  """
+  make_units = unit_maker(data_format, seq_len, seed, random_document, word_start)
+  packer = rows_lib.Packer(num_bins, seq_len, packs(data_format))
+
+  def emit():
+    batch = rows_lib.materialize(packer.take(), seq_len, origin=keep_origin,
+                                 pairs=has_pair_labels(data_format))
+    for r in range(len(batch["input_ids"])):
+      yield {k: v[r] for k, v in batch.items()}
+
+  for doc in docs:
+    for unit in make_units(doc):
+      if not packer.add(unit):
+        yield from emit()
+        packer.add(unit)
+  if packer.rows:
+    yield from emit()

@@ -2,6 +2,9 @@
 
     config.data.source -> (train, held-out) documents -> tokenizer (trained once, saved) ->
     vocab stats (saved) -> gazetteer -> masker -> a training iterator per phase, eval batches
+
+Prepared data (`prepared:DIR`) brings its split, tokenizer and stats; they are copied into the
+workdir as a raw source's would be made there.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 
 from mlmjax.data import masking
 from mlmjax.data import pipeline
+from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
@@ -25,15 +29,16 @@ from mlmjax.data.masking import entities
 
 @dataclasses.dataclass
 class RunInput:
-  train_source: sources.TextSource | None  # None: evaluation only
-  eval_source: sources.TextSource
-  tokenizer: tokenizer_lib.Tokenizer
+  train_source: sources.TextSource | prepared.PreparedSplit | None  # None: evaluation only
+  eval_source: sources.TextSource | prepared.PreparedSplit
+  tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
 
   def masker(self, config, token_weights: Callable[[int], np.ndarray | None] | None = None
              ) -> masking.Masker:
-    return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights)
+    return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights,
+                          span_boundaries=config.objective.span_boundary_weight > 0)
 
   def train_iter(self, config, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None
@@ -75,27 +80,43 @@ def held_out_input(config, tokenizer_path: str, stats_path: str, source: str = "
   or every document of `source` (text the run never trained on) when given."""
   if source:
     _, eval_source = sources.load_splits(source, 1, config.data.max_document_chars)  # all
+  elif prepared.is_prepared(config.data.source):
+    eval_source = prepared.open_source(config.data.source).split("eval")
   else:
     _, eval_source = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
                                          config.data.max_document_chars)
-  tok = tokenizer_lib.Tokenizer.load(tokenizer_path)
+  tok = tokenizer_lib.load(tokenizer_path)
   gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)
   return RunInput(None, eval_source, tok, vocab_stats_lib.load(stats_path), gazetteer)
 
 
-def build(config, tokenizer_path: str, stats_path: str) -> RunInput:
+def build(config, tokenizer_paths: dict[str, str], stats_path: str) -> RunInput:
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
-  these paths, else made and saved there."""
-  train_source, eval_source = sources.load_splits(
-      config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
+  these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made (or, for prepared
+  data, copied from it) and saved there."""
+  if prepared.is_prepared(config.data.source):
+    data = prepared.open_source(config.data.source)
+    data.check(config, pipeline.num_shards(config))
+    train_source, eval_source = data.split("train"), data.split("eval")
+
+    def tokenizer_and_stats():
+      return data.tokenizer_and_stats(tokenizer_paths, stats_path)
+  else:
+    train_source, eval_source = sources.load_splits(
+        config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
+
+    def tokenizer_and_stats():
+      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_paths)
+      return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
+                                                  config.masking.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents", config.data.source,
                len(train_source), len(eval_source))
-
-  def tokenizer_and_stats():
-    tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_path)
-    return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
-                                                config.masking.stats_max_documents)
+  if config.data.worker_count and not prepared.is_prepared(config.data.source):
+    logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
+                    " (each builds every %d-th batch of one shared stream); prepare the data"
+                    " once (python -m mlmjax.prepare) to gain from workers",
+                    config.data.worker_count, config.data.worker_count)
   tok, stats = _process_0_first(tokenizer_and_stats)
   gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)

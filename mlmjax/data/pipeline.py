@@ -1,19 +1,19 @@
-"""The grain input pipeline: documents -> sentences -> rows -> batches -> fresh masks.
+"""The input pipeline of a process: its data shards' batches, masked, with a checkpointable
+position; built in grain worker processes when `data.worker_count` > 0.
 
-    MapDataset.range(documents)[shard::shards]        each process reads only its own shards
-      .shuffle(seed).repeat()                         a new document order every epoch
-      .map_with_index(load)                           read + split sentences + sentencepiece,
-                                                      lazily; the index gives the epoch
-      -> formats.make_rows                            fixed-length rows (packed or pairs)
-      -> WindowShuffle(data.row_shuffle_window)        rows of one document spread over batches
-      .batch(batch_size / shards)
-      .map_with_index(mask)                           index -> the global step: masks depend
-                                                      only on (seed, step, global row)
+    split (raw text or prepared) -> documents s::num_shards per data shard -> stream.py
+    (document order, units, packing, row windows, batches, masks) -> ShardedIterator
 
-One such chain per data shard (`data.num_shards`, default one per process); a process
-concatenates its shards' batches. The iterator's state (grain's own per shard, including the
-batch counter and the shuffle window) is checkpointed with the model, so a resumed run sees
-exactly the batches and masks it would have seen, on the same or another number of processes.
+The global batch is every shard's rows in shard order, however the shards are spread over
+processes, so a run gives the same batches on 1 or N processes; its checkpointed position (one
+small state per shard) restores onto any process count and any `data.worker_count`, and onto
+the raw or the prepared form of the same corpus (they hold the same documents).
+
+Masks are a pure function of (seed, step, global row). They are made with the batch (in a
+worker, when there are workers) unless they depend on what training feeds back (adaptive
+masking): then the consumer makes them when it takes the batch (`finish`), after the loop has
+handed over the metrics the weight table is made from, so they are the same whatever was
+prefetched (see prefetch.py).
 """
 
 from __future__ import annotations
@@ -21,87 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 import itertools
 
-from absl import logging
+from absl import flags
 import grain
 import jax
 import numpy as np
 
 from mlmjax import distributed
-from mlmjax.data import formats
 from mlmjax.data import masking
-from mlmjax.data import sentences as sentences_lib
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import stream
+from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
 from mlmjax.errors import DataError
 
 # Eval masks and negatives come from their own seed so they never coincide with training's.
 _EVAL_SEED_OFFSET = 1_000_003
-# Keys the masker needs that the device does not.
-_HOST_ONLY = ("sequence_keys", "epochs")
-
-
-class DocumentReader:
-  """Picklable: source index -> the document's tokenized sentences (empty ones dropped)."""
-
-  def __init__(self, source, model_proto: bytes):
-    self.source = source
-    self._model_proto = model_proto
-    self._sp = None
-    self._warned = False
-
-  def sentences(self, index: int) -> list[np.ndarray]:
-    if self._sp is None:  # built lazily so grain worker processes each load their own
-      self._sp = tokenizer_lib.Tokenizer(self._model_proto).sp
-    ids = self._sp.encode(sentences_lib.split_sentences(self.source[index]))
-    return [np.asarray(s, np.int32) for s in ids if s]
-
-  def random_other(self, rng: np.random.Generator, not_index: int) -> list[np.ndarray]:
-    """A random non-empty document other than `not_index` (for NSP negatives). A split of one
-    document (a small corpus holds out one) has no other: its negatives come from elsewhere in
-    the same document."""
-    n = len(self.source)
-    if n == 1:
-      if not self._warned:
-        self._warned = True
-        logging.warning("%r has a single document: NSP negatives come from the same document",
-                        self.source)
-      return self.sentences(not_index)
-    for _ in range(20):
-      j = int(rng.integers(n - 1))
-      j += j >= not_index  # uniform over the other n - 1 documents
-      sentences = self.sentences(j)
-      if sentences:
-        return sentences
-    return self.sentences(not_index)  # a corpus of (nearly) empty documents
-
-
-class _LoadDocument:
-  """(stream index, source index) -> formats.Document."""
-
-  def __init__(self, reader: DocumentReader, docs_per_epoch: int, epoch_period: int):
-    self.reader = reader
-    self.docs_per_epoch = docs_per_epoch
-    self.epoch_period = epoch_period
-
-  def __call__(self, i: int, doc_index: int) -> formats.Document:
-    epoch = i // self.docs_per_epoch
-    key = epoch % self.epoch_period if self.epoch_period else epoch
-    return formats.Document(int(doc_index), key, self.reader.sentences(int(doc_index)))
-
-
-class _Mask:
-  """(batch index, host batch) -> masked batch without the host-only keys."""
-
-  def __init__(self, masker: masking.Masker, seed: int, first_step: int, first_example: int):
-    self.masker = masker
-    self.seed = seed
-    self.first_step = first_step
-    self.first_example = first_example
-
-  def __call__(self, index: int, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    example_ids = self.first_example + np.arange(batch["input_ids"].shape[0])
-    out = self.masker(batch, seed=self.seed, step=self.first_step + index,
-                      example_ids=example_ids)
-    return {k: v for k, v in out.items() if k not in _HOST_ONLY}
+# Batches each grain worker process may hold ready.
+_WORKER_BUFFER = 2
 
 
 def num_shards(config) -> int:
@@ -115,93 +49,122 @@ def local_shards(config) -> range:
   return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
 
 
-def _shard_dataset(config, tok, source, masker, word_start, seed: int, shuffle: bool,
-                   first_step: int, shard: int) -> grain.IterDataset:
-  """Batches of this shard's rows of each global batch: documents shard::num_shards."""
-  shards = num_shards(config)
-  rows_per_shard = config.train.batch_size // shards
-  reader = DocumentReader(source, tok.model_proto)
-  doc_ids = grain.MapDataset.range(len(source))[shard::shards]
-  if len(doc_ids) == 0:
-    raise DataError(f"{source!r} has {len(source)} documents: fewer than the {shards} data"
-                    " shards (data.num_shards, or one per process)")
-  if shuffle:
-    doc_ids = doc_ids.shuffle(seed=seed + 7 * shard)
-  # BERT's static masking repeats its data every dupe_factor epochs: so do the rows built here.
-  static = "static" in masker.settings.in_use()
-  period = config.masking.dupe_factor if static else 0
-  docs = doc_ids.repeat(None).map_with_index(_LoadDocument(reader, len(doc_ids), period))
-  rows = formats.make_rows(docs.to_iter_dataset(), config.data.format, config.data.seq_len,
-                           seed, num_bins=rows_per_shard, random_document=reader.random_other,
-                           keep_origin=static, word_start=word_start)
-  if shuffle and config.data.row_shuffle_window > 1:
-    rows = grain.experimental.WindowShuffleIterDataset(
-        rows, window_size=config.data.row_shuffle_window, seed=seed + 11 * shard)
-  batches = rows.batch(rows_per_shard, drop_remainder=True)
-  # Masks are keyed by the row's place in the global batch, whichever process builds it.
-  return batches.map_with_index(_Mask(masker, seed, first_step, shard * rows_per_shard))
+def gather(local_state: dict) -> dict:
+  """Every shard's position, gathered from all processes (a collective: all must call)."""
+  parts = distributed.allgather_json(local_state)
+  return {"num_shards": local_state["num_shards"],
+          "shards": {k: v for part in parts for k, v in part["shards"].items()}}
 
 
-class ShardedIterator(grain.DatasetIterator):
-  """This process's slice of each global batch: its shards' batches, concatenated.
+class ShardedIterator:
+  """This process's slice of each global batch (module docstring).
 
-  The global batch is the concatenation of all shards in order, however the shards are spread
-  over processes, so a run gives the same batches on 1 or N processes, and its checkpointed
-  position (one grain state per shard) restores onto any process count.
+  `next_unfinished()` + `finish(item)` split `next()` for a prefetcher: the first may run ahead
+  (on another thread), the second makes masks that must wait for the training loop.
   """
 
-  def __init__(self, shard_iters: dict[int, grain.DatasetIterator], total_shards: int):
-    super().__init__(list(shard_iters.values()))
-    self.shard_iters = shard_iters
-    self.total_shards = total_shards
+  def __init__(self, spec: stream.StreamSpec, worker_count: int = 0,
+               late_masker: masking.Masker | None = None):
+    self.spec, self.worker_count, self.late_masker = spec, worker_count, late_masker
+    # Walks of every local shard, made now so that a bad split fails here, not in a worker.
+    self._state = {str(s): stream.ShardWalk(spec, s).state() for s in spec.shards}
+    self._it = None
+
+  @property
+  def masks_late(self) -> bool:
+    return self.late_masker is not None
+
+  def next_unfinished(self) -> tuple[int, dict[str, np.ndarray]]:
+    if self._it is None:
+      ds = stream.LocalStream(self.spec, self._state)
+      if self.worker_count:
+        if not flags.FLAGS.is_parsed():  # grain reads its absl flags; a notebook or test has
+          flags.FLAGS.mark_as_parsed()  # not parsed any: take their defaults
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(
+            num_workers=self.worker_count, per_worker_buffer_size=_WORKER_BUFFER))
+      self._it = iter(ds)
+    b, batch, self._state = next(self._it)
+    return b, batch
+
+  def finish(self, item: tuple[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    b, batch = item
+    if self.late_masker is not None:
+      batch = stream.mask(self.spec, self.late_masker, batch, b)
+    return batch
+
+  def __iter__(self):
+    return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    parts = [next(it) for it in self.shard_iters.values()]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return self.finish(self.next_unfinished())
 
   def get_state(self) -> dict:
-    """{"num_shards": N, "shards": {str(shard): grain state}} for this process's shards."""
-    return {"num_shards": self.total_shards,
-            "shards": {str(s): it.get_state() for s, it in self.shard_iters.items()}}
+    """{"num_shards": N, "shards": {str(shard): position}} for this process's shards."""
+    return {"num_shards": self.spec.num_shards, "shards": dict(self._state)}
 
   def global_state(self) -> dict:
-    """Every shard's state, gathered from all processes (a collective: all must call)."""
-    parts = distributed.allgather_json(self.get_state())
-    return {"num_shards": self.total_shards,
-            "shards": {k: v for part in parts for k, v in part["shards"].items()}}
+    return gather(self.get_state())
 
   def set_state(self, state: dict) -> None:
-    """Takes a global position (every shard's state) and keeps this process's shards."""
-    if state["num_shards"] != self.total_shards:
+    """Takes a global position (every shard's) and keeps this process's shards."""
+    if state["num_shards"] != self.spec.num_shards:
       raise DataError(
           f"the checkpoint's data position has {state['num_shards']} shards, this run"
-          f" {self.total_shards}: set data.num_shards={state['num_shards']} to resume it")
-    for s, it in self.shard_iters.items():
-      it.set_state(state["shards"][str(s)])
+          f" {self.spec.num_shards}: set data.num_shards={state['num_shards']} to resume it")
+    mine = {str(s): state["shards"][str(s)] for s in self.spec.shards}
+    if not all("window" in s for s in mine.values()):
+      raise DataError("the checkpoint's data position was written by an older mlmjax input"
+                      " pipeline and cannot be resumed exactly; start a new --workdir")
+    for s in self.spec.shards:  # checks now that it is the same corpus
+      stream.ShardWalk(self.spec, s).set_state(mine[str(s)])
+    self.close()
+    self._state = mine
+
+  def close(self) -> None:
+    """Stops grain's worker processes, if any (the position is kept)."""
+    if self._it is not None and hasattr(self._it, "close"):
+      self._it.close()
+    self._it = None
 
 
-def _make_iter(config, tok, source, masker, word_start, seed: int, shuffle: bool,
-               first_step: int) -> ShardedIterator:
-  return ShardedIterator(
-      {s: iter(_shard_dataset(config, tok, source, masker, word_start, seed, shuffle,
-                              first_step, s)) for s in local_shards(config)},
-      num_shards(config))
+def _spec(config, documents, masker: masking.Masker, word_start, seed: int, shuffle: bool,
+          first_step: int, late: bool = False) -> stream.StreamSpec:
+  """`late`: the masks are made by the consumer, not with the batch."""
+  static = "static" in masker.settings.in_use()
+  return stream.StreamSpec(
+      documents=documents, data_format=config.data.format, seq_len=config.data.seq_len,
+      rows_per_shard=config.train.batch_size // num_shards(config),
+      num_shards=num_shards(config), shards=tuple(local_shards(config)), seed=seed,
+      shuffle=shuffle, window_rows=config.data.row_shuffle_window,
+      # BERT's static masking repeats its data every dupe_factor epochs: so do the rows here.
+      epoch_period=config.masking.dupe_factor if static else 0, origin=static,
+      word_start=word_start, masker=None if late else masker, first_step=first_step)
 
 
-def make_train_iter(config, tok, source, masker, word_start=None,
+def _tokenized(source, tok):
+  """Prepared splits are tokenized already; text is tokenized as it is read."""
+  return source if hasattr(source, "sentences") else DocumentReader(source, tok.to_bytes())
+
+
+def make_train_iter(config, tok, source, masker: masking.Masker, word_start=None,
                     first_step: int = 0) -> ShardedIterator:
   """Endless iterator of this process's slice of each global training batch; its i-th batch
-  trains step `first_step + i + 1` (masks are keyed by that step)."""
-  return _make_iter(config, tok, source, masker, word_start, config.seed, shuffle=True,
-                    first_step=first_step)
+  trains step `first_step + i + 1` (masks are keyed by that step). Adaptive masks follow the
+  weights training feeds back, so they are made late (`finish`)."""
+  late = "adaptive" in masker.settings.in_use()
+  spec = _spec(config, _tokenized(source, tok), masker, word_start, config.seed, True,
+               first_step, late)
+  return ShardedIterator(spec, config.data.worker_count, masker if late else None)
 
 
-def make_eval_iter(config, tok, source, masker, word_start=None
+def make_eval_iter(config, tok, source, masker: masking.Masker, word_start=None
                    ) -> Iterator[dict[str, np.ndarray]]:
   """The same `config.train.eval_batches` held-out batches, with the same masks, every time.
 
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
+  Built in this process: a few batches do not pay for starting workers.
   """
-  it = _make_iter(config, tok, source, masker, word_start, config.seed + _EVAL_SEED_OFFSET,
-                  shuffle=False, first_step=0)
-  return itertools.islice(it, config.train.eval_batches)
+  spec = _spec(config, _tokenized(source, tok), masker, word_start,
+               config.seed + _EVAL_SEED_OFFSET, False, 0)
+  return itertools.islice(ShardedIterator(spec), config.train.eval_batches)
+

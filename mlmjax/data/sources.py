@@ -13,6 +13,8 @@ A document is one string; lines inside it are kept (sentencepiece sees them as s
                                  or bytes feature) to `text`; NAME may carry a version
                                  (`c4/en:3.0.1`). Read from $TFDS_DATA_DIR (tfds' own variable),
                                  else ~/tensorflow_datasets; never downloaded or prepared here.
+  prepared:DIR                   text tokenized once by `python -m mlmjax.prepare` (any form
+                                 above): read by prepared.py, not here
 
 The split is a pure function of a document's index in the source (every n-th, offset n//2, is
 held out), so it never changes between runs, processes or resumes; the pieces of a document

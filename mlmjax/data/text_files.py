@@ -43,7 +43,8 @@ _READ_BLOCK = 1 << 20  # .txt files are scanned in lines of at most this many by
 _WHITESPACE = " \t\n\r\f\v"
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 SOURCE_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl file, a glob such as"
-                " 'corpus/*.txt', a comma-separated list of these, or tfds:NAME[:SPLIT[:FEATURE]]")
+                " 'corpus/*.txt', a comma-separated list of these, tfds:NAME[:SPLIT[:FEATURE]], or"
+                " prepared:DIR (made by python -m mlmjax.prepare)")
 
 
 def _plural(n: int, word: str) -> str:

@@ -4,6 +4,11 @@ Special ids are fixed so every part of mlmjax can rely on them:
   [PAD]=0  [UNK]=1  [CLS]=2  [SEP]=3  [MASK]=4
 [CLS]/[SEP]/[MASK] are control symbols: sentencepiece never produces them from raw text, so a
 literal "[MASK]" typed into a document is just text. A user-supplied model must use the same ids.
+
+A Hugging Face tokenizer (a folder: a run started from a Hugging Face checkpoint, or
+`tokenizer.path` naming one) is used through data/hf_tokenizer.py, which maps its special
+tokens onto the same ids. Both kinds offer the same methods; `load` and `from_bytes` pick the
+kind, so the rest of mlmjax never asks which one it has.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from absl import logging
+import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
@@ -28,6 +34,8 @@ class TokenizerError(errors.UserError):
 
 class Tokenizer:
   """Thin wrapper over a SentencePieceProcessor with mlmjax's special ids."""
+
+  kind = "sentencepiece"
 
   def __init__(self, model_proto: bytes, path: str = "<memory>"):
     self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
@@ -56,6 +64,20 @@ class Tokenizer:
   def decode(self, ids: Iterable[int]) -> str:
     return self.sp.decode([int(i) for i in ids])
 
+  def special_mask(self) -> np.ndarray:
+    """[V] bool: ids that are not text (specials, control, unknown, unused, byte pieces)."""
+    sp = self.sp
+    return np.array([i < NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)
+                     or sp.is_byte(i) for i in range(len(self))], bool)
+
+  def word_pieces(self) -> list[str]:
+    """Every id's piece; a piece that starts a word begins with U+2581."""
+    return [self.sp.id_to_piece(i) for i in range(len(self))]
+
+  def to_bytes(self) -> bytes:
+    """Everything needed to rebuild this tokenizer (grain workers build their own)."""
+    return self.model_proto
+
   def save(self, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
@@ -72,6 +94,22 @@ class Tokenizer:
       return cls(proto, path)
     except RuntimeError as e:  # sentencepiece's parse failure
       raise TokenizerError(f"{path}: not a sentencepiece model ({e})") from None
+
+
+def load(path: str):
+  """A sentencepiece `.model` file, or a folder of Hugging Face tokenizer files."""
+  if os.path.isdir(path):
+    from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top  # [hf] extra
+    return hf_tokenizer.HFTokenizer.load(path)
+  return Tokenizer.load(path)
+
+
+def from_bytes(data: bytes):
+  """The tokenizer of `tok.to_bytes()`, whichever its kind."""
+  from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  if hf_tokenizer.is_serialized(data):
+    return hf_tokenizer.HFTokenizer.from_bytes(data)
+  return Tokenizer(data)
 
 
 def _sentences(documents: Iterable[str], max_sentences: int) -> Iterator[str]:
@@ -107,24 +145,24 @@ def train_tokenizer(documents: Iterable[str], vocab_size: int, model_type: str,
   return Tokenizer(buf.getvalue())
 
 
-def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: str) -> Tokenizer:
-  """The run's tokenizer: the saved copy at `saved` (the workdir's) on resume, else the user's
-  model, else one trained on the training split.
+def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: dict[str, str]):
+  """The run's tokenizer: the saved copy (the workdir's; `saved` maps each kind to its path
+  there) on resume, else the user's model, else one trained on the training split.
 
-  The chosen model is always copied to `saved`, so a run (and predict/export) depends only on
-  its workdir.
+  The chosen model is always copied to `saved[tok.kind]`, so a run (and predict/export)
+  depends only on its workdir.
   """
-  if os.path.exists(saved):
-    tok = Tokenizer.load(saved)
-    if tokenizer_config.path and Tokenizer.load(tokenizer_config.path).model_proto != (
-        tok.model_proto):
+  existing = [p for p in saved.values() if os.path.exists(p)]
+  if existing:
+    tok = load(existing[0])
+    if tokenizer_config.path and load(tokenizer_config.path).to_bytes() != tok.to_bytes():
       raise TokenizerError(
           f"config.tokenizer.path={tokenizer_config.path!r} is not the tokenizer this run was"
-          f" trained with ({saved}); drop the setting to resume, or use a new --workdir")
-    logging.info("Reusing tokenizer %s (%d pieces)", saved, len(tok))
+          f" trained with ({existing[0]}); drop the setting to resume, or use a new --workdir")
+    logging.info("Reusing tokenizer %s (%d pieces)", existing[0], len(tok))
     return tok
   if tokenizer_config.path:
-    tok = Tokenizer.load(tokenizer_config.path)
+    tok = load(tokenizer_config.path)
     logging.info("Using tokenizer %s (%d pieces)", tokenizer_config.path, len(tok))
   else:
     logging.info("Training a %d-piece %s sentencepiece model on the training split...",
@@ -132,6 +170,6 @@ def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: str) 
     tok = train_tokenizer(train_documents, tokenizer_config.vocab_size,
                           tokenizer_config.model_type, tokenizer_config.max_training_sentences)
     logging.info("Trained tokenizer: %d pieces", len(tok))
-  tok.save(saved)
+  tok.save(saved[tok.kind])
   return tok
 

@@ -42,7 +42,7 @@ _FORMAT_VERSION = 1
 _SPACE = "\u2581"
 _CLOSERS = "\"'”’)]}»"
 _SENTENCE_END = ".!?…。！？"
-_ENCODE_BATCH = 256  # documents per batched sp.encode call
+_ENCODE_BATCH = 256  # documents per batched tok.encode call
 
 
 class VocabStatsError(errors.UserError):
@@ -96,8 +96,7 @@ def piece_tables(pieces: Sequence[str], special: Sequence[bool]) -> dict[str, np
   return out
 
 
-def compute(tok: tokenizer_lib.Tokenizer, documents: Sequence[str],
-            max_documents: int) -> VocabStats:
+def compute(tok, documents: Sequence[str], max_documents: int) -> VocabStats:
   """Piece tables of `tok` and token counts over at most `max_documents` documents.
 
   When there are more documents, an evenly spaced sample of `max_documents` is counted (not
@@ -105,10 +104,7 @@ def compute(tok: tokenizer_lib.Tokenizer, documents: Sequence[str],
   them (lines joined by spaces), in batches.
   """
   v = len(tok)
-  sp = tok.sp
-  special = [i < tokenizer_lib.NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i)
-             or sp.is_unused(i) or sp.is_byte(i) for i in range(v)]
-  tables = piece_tables([tok.id_to_piece(i) for i in range(v)], special)
+  tables = piece_tables(tok.word_pieces(), tok.special_mask())
   n = len(documents)
   if n > max_documents:
     picked = [documents[i * n // max_documents] for i in range(max_documents)]
@@ -117,7 +113,7 @@ def compute(tok: tokenizer_lib.Tokenizer, documents: Sequence[str],
   counts = np.zeros(v, np.int64)
   for start in range(0, len(picked), _ENCODE_BATCH):
     texts = [d.replace("\n", " ") for d in picked[start:start + _ENCODE_BATCH]]
-    flat = np.concatenate([np.asarray(ids, np.int64) for ids in sp.encode(texts)] + [[]])
+    flat = np.concatenate([np.asarray(ids, np.int64) for ids in tok.encode(texts)] + [[]])
     counts += np.bincount(flat.astype(np.int64), minlength=v)[:v]
   counts[:tokenizer_lib.NUM_SPECIAL] = 0
   return VocabStats(counts=counts, **tables)
@@ -147,8 +143,8 @@ def load(path: str) -> VocabStats:
   return VocabStats(**fields)
 
 
-def get_vocab_stats(tok: tokenizer_lib.Tokenizer, documents: Sequence[str], path: str,
-                    max_documents: int) -> VocabStats:
+def get_vocab_stats(tok, documents: Sequence[str], path: str, max_documents: int
+                    ) -> VocabStats:
   """The run's stats: the file at `path` (the workdir's) if present, else computed and saved
   there.
 

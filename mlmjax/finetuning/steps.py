@@ -12,7 +12,6 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
 from mlmjax import losses
 from mlmjax import optim
@@ -38,8 +37,7 @@ def make_train_step(setup: steps.Setup, config, regression: bool
     weights_b = batch["weights"]
 
     def loss_fn(params):
-      params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)
-      outputs_bk = nnx.merge(setup.graphdef, params)(batch, dropout_key=key)
+      outputs_bk = setup.forward(params, batch, dropout_key=key)
       loss_sum = jnp.sum(example_losses(outputs_bk, batch["labels"], regression) * weights_b)
       return loss_sum / jnp.maximum(jnp.sum(weights_b), 1.0), (loss_sum, outputs_bk)
 
@@ -66,8 +64,7 @@ def make_eval_step(setup: steps.Setup) -> Callable[[dict, dict], jax.Array]:
   """(params, batch) -> the model's [B, K] outputs, without dropout, on every process."""
 
   def eval_step(params, batch):
-    params = jax.lax.with_sharding_constraint(params, setup.compute_shardings)
-    return nnx.merge(setup.graphdef, params)(batch)
+    return setup.forward(params, batch)
 
   return jax.jit(eval_step,
                  in_shardings=(setup.state_shardings["params"],

@@ -33,7 +33,6 @@ from mlmjax import sharding
 from mlmjax import steps
 from mlmjax import workdir as workdir_lib
 from mlmjax import workdir_lock
-from mlmjax.data import formats
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import classifier
 from mlmjax.finetuning import examples as examples_lib
@@ -77,7 +76,7 @@ class _FineTuner:
     self.run_record = {"task": data.task.name, "init": "random" if random_init else "pretrained",
                        "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
     self._check_same_run()
-    tok = tokenizer_lib.Tokenizer.load(pre.tokenizer)
+    tok = tokenizer_lib.load(pre.saved_tokenizer() or pre.tokenizer)
     train = data.train
     limit = config.data.max_train_examples
     if limit and len(train) > limit:
@@ -96,16 +95,18 @@ class _FineTuner:
     model_config = ml_collections.ConfigDict(pre_config.model.to_dict())
     model_config.update(dropout_rate=config.model.dropout_rate,
                         attention_dropout_rate=config.model.attention_dropout_rate)
-    pair_heads = formats.has_pair_labels(pre_config.data.format)
+    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
+    encoder_config.model = model_config
     self.step_config = ml_collections.ConfigDict({
-        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules},
+        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules}, "model": model_config,
         "train": {**config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
+                  "schedule": "linear", "update_clip_rms": 0.0,  # BERT's fine-tuning optimizer
                   "warmup_steps": round(config.train.warmup_fraction * self.total)}})
     self.setup = steps.make_setup(
         self.step_config, tok.vocab_size, self.mesh,
-        lambda: classifier.SequenceClassifier(model_config, tok.vocab_size, data.num_outputs,
-                                              nnx.Rngs(params=config.seed), pair_heads,
-                                              config.model.pooling))
+        lambda: classifier.SequenceClassifier(
+            steps.build_model(encoder_config, tok.vocab_size, config.seed), model_config,
+            data.num_outputs, nnx.Rngs(params=config.seed + 1), config.model.pooling))
     self.train_step = finetune_steps.make_train_step(self.setup, self.step_config,
                                                      data.task.regression)
     self.eval_step = finetune_steps.make_eval_step(self.setup)

@@ -52,10 +52,14 @@ class Masker:
 
   def __init__(self, masking_config, stats: vocab_stats_lib.VocabStats,
                gazetteer: entities.Gazetteer | None = None,
-               token_weights: Callable[[int], np.ndarray | None] | None = None):
+               token_weights: Callable[[int], np.ndarray | None] | None = None,
+               span_boundaries: bool = False):
     """`masking_config`: config.masking, already checked (config_check.py).
-    `token_weights(step)`: adaptive masking's weight table in force at that step."""
+    `token_weights(step)`: adaptive masking's weight table in force at that step.
+    `span_boundaries`: also say where each masked slot's unit (span, word, entity, or the
+    token itself) begins and ends, for SpanBERT's span-boundary objective."""
     self.settings = settings_lib.Settings.from_config(masking_config)
+    self.span_boundaries = span_boundaries
     self._ctx = strategies.Context(self.settings, stats, gazetteer,
                                    token_weights or strategies.no_weights)
     self._vocab_size = stats.vocab_size
@@ -68,12 +72,15 @@ class Masker:
                example_ids: np.ndarray) -> dict[str, np.ndarray]:
     """-> a new dict: masked `input_ids`, plus `masked_positions` [B, P] int32 (ascending,
     padding slots last with position 0), `masked_ids` [B, P] int32 (original tokens) and
-    `masked_weights` [B, P] float32 (1 real, 0 padding); P = max_predictions_per_seq."""
+    `masked_weights` [B, P] float32 (1 real, 0 padding); P = max_predictions_per_seq. With
+    `span_boundaries`: `masked_span_left` / `masked_span_right` [B, P] int32, the positions
+    just outside the slot's unit, and `masked_span_offset`, the slot's place in it."""
     ids = np.asarray(batch["input_ids"])
     example_ids = np.asarray(example_ids)
     s = self.settings
     if s.strategy == "mixture":
       selected, new_ids = np.zeros(ids.shape, bool), ids.copy()
+      head_col = np.zeros(ids.shape, np.int64)
       want = np.zeros(len(ids), np.int64)
       cum = np.cumsum([w for _, w in s.mixture])
       u = uniforms.uniform(seed, uniforms.MIXTURE, step, example_ids, 1)[:, 0]
@@ -82,15 +89,21 @@ class Masker:
         rows = np.nonzero(choice == i)[0]
         if len(rows):
           sub = {k: np.asarray(v)[rows] for k, v in batch.items() if _is_row_array(v, ids)}
-          selected[rows], new_ids[rows], want[rows] = self._mask_rows(
+          selected[rows], new_ids[rows], head_col[rows], want[rows] = self._mask_rows(
               name, sub, seed, step, example_ids[rows])
     else:
-      selected, new_ids, want = self._mask_rows(s.strategy, batch, seed, step, example_ids)
+      selected, new_ids, head_col, want = self._mask_rows(s.strategy, batch, seed, step,
+                                                          example_ids)
     self._note_truncation(want)
-    return _outputs(batch, ids, new_ids, selected, s.max_predictions)
+    out = _outputs(batch, ids, new_ids, selected, s.max_predictions)
+    if self.span_boundaries:
+      out.update(_span_boundaries(selected, head_col, out["masked_positions"],
+                                  out["masked_weights"]))
+    return out
 
   def _mask_rows(self, strategy, batch, seed, step, example_ids):
-    """-> selected [R, T], new input ids [R, T], wanted count before the cap [R]."""
+    """-> selected [R, T], new input ids [R, T], unit head column [R, T] (valid where
+    selected), wanted count before the cap [R]."""
     if strategy == "static":
       return self._static(batch, seed)
     ids = np.asarray(batch["input_ids"])
@@ -99,7 +112,7 @@ class Masker:
     rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids),
                                 self.settings.mask_rate, self.settings.max_predictions)
     sel = strategies.SELECTORS[strategy](rows, self._ctx)
-    return sel.selected, self._replace(rows, sel), rows.want
+    return sel.selected, self._replace(rows, sel), sel.head_col, rows.want
 
   def _static(self, batch, seed):
     """Masks each packed sequence alone (placed at columns = its positions), keyed by
@@ -130,7 +143,8 @@ class Masker:
                                                             dupes=dupes),
                                  s.mask_rate, s.max_predictions)
     if nv == 0:  # a batch of padding only
-      return np.zeros(ids.shape, bool), ids.copy(), np.zeros(num_rows, np.int64)
+      return (np.zeros(ids.shape, bool), ids.copy(), np.zeros(ids.shape, np.int64),
+              np.zeros(num_rows, np.int64))
     vsel = strategies.SELECTORS[s.static_strategy](vrows, self._ctx)
     vnew = self._replace(vrows, vsel)
     selected = np.zeros(ids.shape, bool)
@@ -154,7 +168,7 @@ class Masker:
                                     np.full(len(over), s.max_predictions))
       selected[over] = units.expand(accepted, hc_o, sel_o)
       new_ids = np.where(selected, new_ids, ids)
-    return selected, new_ids, want.astype(np.int64)
+    return selected, new_ids, head_col, want.astype(np.int64)
 
   def _replace(self, rows: strategies.Rows, sel: strategies.Selection) -> np.ndarray:
     """Input ids with the 80/10/10 replacement applied at the selected tokens."""
@@ -204,3 +218,19 @@ def _outputs(batch, ids, new_ids, selected, max_predictions) -> dict[str, np.nda
   out.update(input_ids=new_ids.astype(np.int32), masked_positions=positions,
              masked_ids=original, masked_weights=valid.astype(np.float32))
   return out
+
+
+def _span_boundaries(selected, head_col, positions, weights) -> dict[str, np.ndarray]:
+  """For each masked slot: the positions just before and after its unit (the selected tokens
+  sharing its head), clipped to the row, and its offset in the unit; 0 in padding slots."""
+  num_rows, length = selected.shape
+  rows, cols = np.nonzero(selected)
+  end = np.zeros((num_rows, length), np.int64)
+  np.maximum.at(end, (rows, head_col[rows, cols]), cols)
+  r = np.arange(num_rows)[:, None]
+  head = np.maximum(head_col[r, positions], 0)
+  valid = weights > 0
+  out = {"masked_span_left": np.maximum(head - 1, 0),
+         "masked_span_right": np.minimum(end[r, head] + 1, length - 1),
+         "masked_span_offset": positions - head}
+  return {k: np.where(valid, v, 0).astype(np.int32) for k, v in out.items()}

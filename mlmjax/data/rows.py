@@ -1,0 +1,92 @@
+"""Rows from units (formats.py): placing units into rows, and a whole batch of rows to arrays.
+
+`Packer` fills `num_bins` rows at a time: with packing, each unit goes into the first row with
+room for it (first fit); without, each unit gets a row of its own. A *round* ends when a unit
+fits nowhere (then every row holds at least one unit) and `take()` hands its rows over; the unit
+that did not fit starts the next round. Only unit lengths matter here, so placing is cheap.
+
+`materialize` turns a list of rows (each a list of units) into the arrays the model and the
+masker read, with one concatenation and a few vectorised scatters per batch (no per-row arrays):
+
+  input_ids, token_type_ids, segment_ids, positions     [rows, seq_len] int32
+  sequence_keys (int64), epochs (int32)                  [rows, seq_len], if `origin`
+  nsp_labels                                             [rows] int32, if `pairs`
+
+`segment_ids` number the units of a row 1, 2, ... (0 on padding: attention never crosses them)
+and `positions` restart at 0 in each unit, so packing is invisible to the model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Packer:
+  """Places units (anything with a `length`) into rows of at most `seq_len` tokens."""
+
+  def __init__(self, num_bins: int, seq_len: int, pack: bool):
+    self.num_bins, self.seq_len, self.pack = num_bins, seq_len, pack
+    self.rows: list[list] = []
+    self._room = np.full(num_bins, seq_len, np.int64)  # free tokens per row (packing)
+
+  def add(self, unit) -> bool:
+    """Places `unit`; False (and nothing changes) when it fits in no row of this round."""
+    if not self.pack:
+      if len(self.rows) == self.num_bins:
+        return False
+      self.rows.append([unit])
+      return True
+    fits = self._room >= unit.length
+    j = int(fits.argmax())  # rows fill in order, so the first empty row is len(self.rows)
+    if not fits[j]:
+      return False
+    if j == len(self.rows):
+      self.rows.append([unit])
+    else:
+      self.rows[j].append(unit)
+    self._room[j] -= unit.length
+    return True
+
+  def take(self) -> list[list]:
+    """The round's rows; the next round starts empty."""
+    rows, self.rows = self.rows, []
+    self._room[:] = self.seq_len
+    return rows
+
+
+def materialize(rows: list[list], seq_len: int, origin: bool = False,
+                pairs: bool = False) -> dict[str, np.ndarray]:
+  """[rows] of units -> the batch arrays (module docstring)."""
+  units = [u for row in rows for u in row]
+  unit_row = np.array([r for r, row in enumerate(rows) for _ in row], np.int64)
+  unit_seg = np.array([s for row in rows for s in range(1, len(row) + 1)], np.int32)
+  lengths = np.array([u.length for u in units], np.int64)
+  ends = np.cumsum(lengths)
+  begins = ends - lengths  # of each unit in the concatenation of all
+  first = np.flatnonzero(unit_seg == 1)  # each row's first unit
+  row_begin = np.zeros(len(rows), np.int64)
+  row_begin[unit_row[first]] = begins[first]
+  unit_of = np.repeat(np.arange(len(units)), lengths)  # of each token
+  pos = np.arange(len(unit_of)) - begins[unit_of]
+  # Each token's place in the flattened [rows * seq_len] batch.
+  flat = (unit_row * seq_len + begins - row_begin[unit_row])[unit_of] + pos
+
+  def scatter(values, dtype) -> np.ndarray:
+    out = np.zeros((len(rows), seq_len), dtype)
+    out.reshape(-1)[flat] = values
+    return out
+
+  pieces = [p for u in units for p in u.pieces]
+  batch = {
+      "input_ids": scatter(np.concatenate(pieces) if pieces else 0, np.int32),
+      "token_type_ids": scatter(pos >= np.array([u.type0 for u in units])[unit_of], np.int32),
+      "segment_ids": scatter(unit_seg[unit_of], np.int32),
+      "positions": scatter(pos, np.int32),
+  }
+  if origin:
+    batch["sequence_keys"] = scatter(np.array([u.key for u in units], np.int64)[unit_of],
+                                     np.int64)
+    batch["epochs"] = scatter(np.array([u.epoch for u in units], np.int32)[unit_of], np.int32)
+  if pairs:
+    batch["nsp_labels"] = np.array([row[0].label if row else 0 for row in rows], np.int32)
+  return batch

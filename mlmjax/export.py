@@ -1,0 +1,55 @@
+"""Export a run's checkpoint as a Hugging Face `transformers` model.
+
+  python -m mlmjax.export --workdir=runs/tiny --out=hf/tiny [--step=N]
+
+writes OUT/model.safetensors, OUT/config.json and the tokenizer files, which
+`AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer.from_pretrained(OUT)` load: a
+BERT for learned positions, a RoFormer for rotary ones, ModernBERT for the modern block, an
+ElectraForPreTraining for ELECTRA's discriminator (hf_export.py). Then, when torch is
+installed, transformers loads the export and its MLM logits on a sample text must equal
+mlmjax's (`--verify=false` skips this).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from absl import app
+from absl import flags
+
+from mlmjax import errors
+from mlmjax import hf_convert
+from mlmjax import hf_export
+from mlmjax import metrics
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
+_OUT = flags.DEFINE_string("out", None, "The folder to write (must not exist, or be empty).")
+_STEP = flags.DEFINE_integer("step", None, "The checkpoint to export (default: the latest).")
+_VERIFY = flags.DEFINE_bool("verify", True, "Load the export with transformers (needs torch)"
+                            " and compare its logits with mlmjax's.")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  metrics.quiet_library_logs()
+  try:
+    run = hf_export.export(_WORKDIR.value, _OUT.value, _STEP.value)
+    kind = hf_convert.export_arch(run.config).model_type
+    print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
+          f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
+    if _VERIFY.value and importlib.util.find_spec("torch") is None:
+      print("not verified: torch is not installed (pip install -e '.[hf]')")
+    elif _VERIFY.value:
+      diff = hf_export.verify(run, _OUT.value)
+      print(f"verified with transformers: max |logit difference| {diff:.2e} on"
+            f" {hf_export.SAMPLE_TEXT!r}")
+  except errors.UserError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir", "out"])
+  app.run(main)

@@ -1,0 +1,92 @@
+"""Model FLOPs per token and device peaks: what MFU is measured against.
+
+Training FLOPs per token (forward + backward = 3 x forward, multiply-adds counted as 2):
+
+    3 x [ L x 2 (4 D^2 + k D F)                 projections (k = 2, or 3 for a gated MLP)
+          + sum over layers of 4 C D            attention scores and context, C keys per query
+          + (P / T) x 2 (D^2 + D V) ]           MLM head on the P masked slots of a row only
+
+for L layers, hidden D, MLP F, T tokens per row (C = T, or min(T, W + 1) on a local layer of
+window W), P prediction slots, V vocabulary. Embedding
+lookups, LayerNorms, softmax and the NSP head are left out (under 1% at BERT sizes). This is
+the "model FLOPs" of MFU (PaLM, appendix B): rematerialised recomputation does not count.
+
+Peaks: a device's rated dense peak where known (datasheets, per chip), and one measured here
+(`measured_matmul_peak`): the best rate of a large matmul, which is what "MFU against this
+machine" means on a CPU, where no datasheet number applies.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+
+# Rated dense TFLOP/s per chip: (bfloat16, float32). float32 on TPUs runs as bf16 passes and
+# has no datasheet figure; the GPUs' float32 figures are without TF32.
+_RATED_TFLOPS = {
+    "TPU v4": (275.0, None),
+    "TPU v5 lite": (197.0, None),   # v5e
+    "TPU v5p": (459.0, None),
+    "TPU v5": (459.0, None),
+    "TPU v6 lite": (918.0, None),   # v6e (Trillium)
+    "A100": (312.0, 19.5),
+    "H100": (989.0, 67.0),          # SXM
+    "H200": (989.0, 67.0),
+}
+
+
+def _encoder(m, t: int) -> float:
+  """Forward FLOPs per token of one encoder stack."""
+  d, f = m.hidden_size, m.intermediate_size
+  projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
+  global_layers = m.num_layers
+  if m.local_attention_window:
+    global_layers = len(range(0, m.num_layers, m.global_attention_every))
+  keys = global_layers * t + (m.num_layers - global_layers) * min(t, m.local_attention_window + 1)
+  return m.num_layers * projections + 4 * keys * d
+
+
+def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
+                          max_predictions: int | None = None) -> float:
+  """The formula above, for `config.model` at a row length (default: data.seq_len). ELECTRA:
+  the generator's stack and MLM head (at its width) plus the discriminator's stack and its
+  per-token head, 2 (D^2 + D)."""
+  m = config.model
+  t = seq_len or config.data.seq_len
+  p = max_predictions or config.masking.max_predictions_per_seq
+  if config.objective.kind != "electra":
+    d = m.hidden_size
+    return 3 * (_encoder(m, t) + p / t * 2 * (d * d + d * vocab_size))
+  from mlmjax import electra  # pylint: disable=g-import-not-at-top
+  g = electra.generator_config(m, config.objective.generator_fraction)
+  e, d, dg = m.embedding_size or m.hidden_size, m.hidden_size, g.hidden_size
+  projections = 2 * e * (d * (e != d) + dg * (e != dg))
+  generator_head = p / t * 2 * (dg * e + e * vocab_size)
+  return 3 * (_encoder(g, t) + generator_head + _encoder(m, t) + 2 * (d * d + d) + projections)
+
+
+def rated_peak(device: jax.Device, dtype) -> float | None:
+  """FLOP/s of one chip at the compute dtype from its datasheet, or None if unknown."""
+  kind = device.device_kind
+  for name, (bf16, f32) in _RATED_TFLOPS.items():
+    if name in kind and (name != "TPU v5" or "lite" not in kind):
+      tflops = bf16 if jnp.dtype(dtype) == jnp.bfloat16 else f32
+      return None if tflops is None else tflops * 1e12
+  return None
+
+
+@functools.lru_cache(maxsize=None)
+def measured_matmul_peak(dtype=jnp.float32, n: int = 2048, repeats: int = 5) -> float:
+  """Best achieved FLOP/s of an n x n matmul on the default device."""
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - t)
+  return 2 * n**3 / best

@@ -1,0 +1,139 @@
+"""Writing a run's checkpoint as a Hugging Face `transformers` model, and checking it.
+
+  learned positions  -> BERT (`BertForPreTraining` when the run has the NSP/SOP head, which
+                        AutoModelForMaskedLM and the fine-tuning classes load too)
+  rotary positions   -> RoFormer (`RoFormerForMaskedLM`; transformers has no RoFormer class
+                        with an NSP head, so that head is left out, with a warning)
+  the modern block   -> ModernBERT (`ModernBertForMaskedLM`: pre-LN, GLU, rotary bases and
+                        sliding windows in its config)
+  ELECTRA            -> `ElectraForPreTraining`: the discriminator (the generator stays home)
+hf_convert.export_arch refuses what a family cannot compute, with the setting that differs.
+
+The weights are written by safetensors from numpy (transformers v5 has no Flax classes; torch
+is not needed to export). A sentencepiece tokenizer becomes a fast tokenizer with the same ids
+(transformers' SpmConverter); a run started from a Hugging Face model exports that model's own
+tokenizer files, with the weights back in its ids. `verify` loads an export with transformers
+(torch) and compares its MLM logits with mlmjax's. The command is export.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from absl import logging
+import jax
+import numpy as np
+
+from mlmjax import errors
+from mlmjax import hf_convert
+from mlmjax import workdir as workdir_lib
+from mlmjax.data import hf_tokenizer
+from mlmjax.data import tokenizer as tokenizer_lib
+
+SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog, 1234 times!"
+# float32 logits of the same function computed by two frameworks agree to ~1e-5 here.
+TOLERANCE = 1e-4
+
+
+class ExportError(errors.UserError):
+  pass
+
+
+def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.FinishedRun:
+  """Writes the export of checkpoint `step` (default: the latest) of `workdir` into `out`."""
+  try:
+    import transformers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
+    from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'") from None
+  if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+    raise ExportError(f"--out={out} exists and is not an empty folder")
+  run = workdir_lib.load_run(workdir, step)
+  model_cfg, tok = run.config.model, run.tokenizer
+  params = jax.tree.map(np.asarray, run.state["params"])
+  arch = hf_convert.export_arch(run.config)
+  nsp = "pooler" in params
+  if arch.model_type != "bert" and nsp:
+    logging.warning("transformers' %s has no NSP head: exporting the MLM head only",
+                    arch.model_type)
+    params = {k: v for k, v in params.items() if k not in ("pooler", "nsp_classifier")}
+    nsp = False
+  vocab_to_hf = getattr(tok, "vocab_to_hf", None)  # a Hugging Face tokenizer's own ids
+  state = hf_convert.to_hf(params, arch, model_cfg, vocab_to_hf)
+  pad_id = 0 if vocab_to_hf is None else int(vocab_to_hf[tokenizer_lib.PAD_ID])
+  settings = hf_convert.hf_settings(arch, model_cfg, len(tok), pad_id)
+  if arch.model_type == "modernbert":
+    settings.update(cls_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
+                    sep_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID),
+                    bos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
+                    eos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID))
+  model_class = {"roformer": "RoFormerForMaskedLM", "bert": "BertForMaskedLM",
+                 "modernbert": "ModernBertForMaskedLM",
+                 "electra": "ElectraForPreTraining"}[arch.model_type]
+  if nsp:
+    model_class = "BertForPreTraining"
+  hf_config = transformers.AutoConfig.for_model(**settings, architectures=[model_class])
+  if isinstance(tok, hf_tokenizer.HFTokenizer):
+    files = tok.files
+  else:
+    files = hf_tokenizer.from_sentencepiece(tok, model_cfg.max_position_embeddings)
+  # Written beside `out` and renamed into place: a failed export leaves no half a model.
+  tmp = os.path.abspath(out).rstrip("/") + f".tmp{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  hf_tokenizer.write_files(files, tmp)
+  hf_config.save_pretrained(tmp)
+  weights = os.path.join(tmp, "model.safetensors")
+  safetensors_numpy.save_file(state, weights, metadata={"format": "pt"})  # transformers: "pt"
+  os.chmod(weights, 0o644)  # safetensors creates it owner-only, unlike the other files
+  if os.path.isdir(out):
+    os.rmdir(out)  # empty, checked above
+  os.rename(tmp, out)
+  return run
+
+
+def _hf_id(vocab_to_hf, mlmjax_id: int) -> int:
+  return mlmjax_id if vocab_to_hf is None else int(vocab_to_hf[mlmjax_id])
+
+
+def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]], key: str = "mlm_logits"
+               ) -> list[np.ndarray]:
+  """mlmjax's MLM logits [T, V] at every position of each row of mlmjax ids (one jitted call:
+  the rows are padded to the longest, and padding is masked out). `key='rtd_logits'`: an
+  ELECTRA discriminator's [T] logits of the rows as they are."""
+  n = max(map(len, rows))
+  ids = np.zeros((len(rows), n), np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)] = row
+  positions = np.broadcast_to(np.arange(n, dtype=np.int32), ids.shape)
+  batch = {"input_ids": ids, "segment_ids": (positions < np.array([[len(r)] for r in rows])
+                                             ).astype(np.int32),
+           "positions": positions, "token_type_ids": np.zeros_like(ids),
+           "masked_positions": positions}
+  logits = np.asarray(run.forward(batch)[key])
+  return [logits[i, :len(row)] for i, row in enumerate(rows)]
+
+
+def verify(run: workdir_lib.FinishedRun, out: str, text: str = SAMPLE_TEXT) -> float:
+  """Max |logit difference| between transformers' load of `out` and mlmjax on `text`;
+  raises ExportError above TOLERANCE."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  tok = run.tokenizer
+  ids = [tokenizer_lib.CLS_ID] + tok.encode([text])[0] + [tokenizer_lib.SEP_ID]
+  to_hf = getattr(tok, "vocab_to_hf", np.arange(len(tok)))
+  transformers.logging.set_verbosity_error()  # load-time notices about classes, not the model
+  if run.config.objective.kind == "electra":  # the discriminator's replaced-or-not logits
+    model = transformers.ElectraForPreTraining.from_pretrained(out).eval()
+    with torch.no_grad():
+      hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()
+    diff = float(np.abs(hf_logits - mlm_logits(run, [ids], "rtd_logits")[0]).max())
+  else:
+    model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+    with torch.no_grad():
+      hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()
+    diff = float(np.abs(hf_logits[:, to_hf] - mlm_logits(run, [ids])[0]).max())
+  if not diff <= TOLERANCE:  # also catches NaN
+    raise ExportError(f"{out}: transformers' logits differ from mlmjax's by {diff:.3g}"
+                      f" (> {TOLERANCE}); the export is wrong, please report it")
+  return diff
