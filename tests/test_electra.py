@@ -1,9 +1,12 @@
 """ELECTRA: the generator fills only masked slots, the labels mark exactly what changed, the
 loss is the generator's MLM plus 50 x the discriminator's; the preset trains and resumes."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 from flax import nnx
 
 from configs import electra as electra_config
@@ -11,6 +14,10 @@ from conftest import saved_state
 from mlmjax import electra
 from mlmjax import losses
 from mlmjax import train
+from mlmjax import workdir as workdir_lib
+from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning import tasks
+from mlmjax.finetuning import trainer
 from test_sharding import synthetic_batches
 
 
@@ -71,3 +78,28 @@ def test_electra_trains_and_resumes_exactly(tmp_path, micro_config):
   assert set(a["params"]) >= {"generator", "discriminator", "token_embedding", "rtd_out"}
   for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
     np.testing.assert_array_equal(x, y)
+
+
+def test_electra_discriminator_fine_tunes(tmp_path, micro_config):
+  """The fine-tuning command's encoder is ELECTRA's discriminator, loaded from the checkpoint
+  as it is (a learning rate of 1e-12 leaves it unchanged)."""
+  pretrained = str(tmp_path / "electra")
+  train.train_and_evaluate(_micro(micro_config), pretrained)
+  config = finetune_config.get_config()
+  config.data.update(seq_len=32, max_train_examples=32)
+  config.train.update(epochs=1.0, batch_size=16, learning_rate=1e-12, log_every_steps=1)
+  result = trainer.finetune(config, pretrained, tasks.load("kjv_testament"),
+                            str(tmp_path / "finetuned"))
+  assert (result["init"], result["pretrained_step"], result["steps"]) == ("pretrained", 8, 2)
+  assert 0.0 <= result["dev"]["accuracy"] <= 1.0
+  checkpoints = workdir_lib.Workdir(str(tmp_path / "finetuned")).checkpoints
+  encoder = ocp.StandardCheckpointer().restore(os.path.join(checkpoints, "2", "state"))[
+      "params"]["encoder"]
+  pre = saved_state(pretrained)["params"]
+  def flat(tree):  # {"discriminator/blocks/0/...": array}; raw restores key layers by str
+    return {"/".join(str(k.key) for k in path): x
+            for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+  encoder, pre = flat(encoder), flat(pre)
+  assert encoder.keys() == pre.keys()  # the whole pretraining model: generator included
+  for name in pre:
+    np.testing.assert_allclose(encoder[name], pre[name], atol=1e-8, err_msg=name)
