@@ -4,14 +4,17 @@
 
 Reports the train step (median and best step time, tokens/s, FLOPs per step and the formula,
 MFU against this machine's measured matmul peak and the device's rated peak where known,
-compile time, memory), the host pipeline alone (tokens/s of batches with fresh masks, one
-process), and, with --loop_steps, the fraction of a short real training run spent waiting for
+compile time, memory), the host pipeline alone (tokens/s of batches with fresh masks, with the
+config's data.worker_count; for prepared data also of the raw text it came from), and, with
+--loop_steps, the fraction of a short real training run spent waiting for
 input. The step is timed on a fixed real batch, so the host pipeline is not in its numbers.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -28,22 +31,41 @@ from mlmjax import metrics
 from mlmjax import model as model_lib
 from mlmjax import sharding
 from mlmjax import steps as steps_lib
+from mlmjax import train
 from mlmjax import workdir as workdir_lib
 from mlmjax.data import input as input_lib
+from mlmjax.data import throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed train steps (after 2 warm-up steps).")
 _INPUT_SECONDS = flags.DEFINE_float("input_seconds", 3.0,
                                     "How long to time the host pipeline alone (0: skip).")
+_LOOP_STEPS = flags.DEFINE_integer("loop_steps", 0, "Steps of a real training run whose input-"
+                                   "wait fraction is reported (0: skip).")
 
 
-def _host_pipeline(it, seconds: float) -> float:
-  """Tokens/s of finished (masked) batches from the iterator, after the first."""
-  next(it)
-  n, t = 0, time.perf_counter()
-  while time.perf_counter() - t < seconds:
-    n += next(it)["input_ids"].size
-  return n / (time.perf_counter() - t)
+def _input(config, seconds: float) -> dict:
+  """Input tokens/s alone (input_bench): the config's, and with prepared data also its text's."""
+  out = {"input_tokens_per_sec": throughput.input_throughput(config, seconds)["tokens_per_sec"],
+         "input": f"{config.data.source}, {config.data.format}, {config.masking.strategy},"
+                  f" {config.data.worker_count} workers"}
+  raw = throughput.raw_text_config(config)
+  if raw is not None:
+    out["input_raw_tokens_per_sec"] = throughput.input_throughput(raw, seconds)["tokens_per_sec"]
+  return out
+
+
+def _input_wait(config, steps: int) -> float:
+  """The fraction of wall time a real training run of `steps` steps (in a temporary workdir)
+  waits for input, after its first logging interval (which holds the compilation)."""
+  c = copy.deepcopy(config)
+  c.train.update(steps=steps, log_every_steps=max(1, steps // 5), eval_every_steps=steps,
+                 eval_batches=1, checkpoint_every_steps=steps)
+  with tempfile.TemporaryDirectory() as tmp:
+    train.train_and_evaluate(c, tmp)
+    waits = [r["input_wait_fraction"] for r in metrics.rows(os.path.join(tmp, "metrics.jsonl"))
+             if "input_wait_fraction" in r]
+  return statistics.mean(waits[1:] or waits)
 
 
 def _train_step(config, vocab_size: int, batch) -> dict:
@@ -85,13 +107,15 @@ def run(config) -> dict:
     inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
   vocab_size = inp.tokenizer.vocab_size
   it = inp.train_iter(config)
+  batch = next(it)
+  it.close()
   out = {"config": config_flags.get_config_filename(flags.FLAGS["config"]),
          "device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
          "dtype": str(np.dtype(model_lib.compute_dtype(config.model.dtype))),
          "attention_impl": config.model.attention_impl, "remat": config.model.remat,
          "scan_layers": config.model.scan_layers,
          "batch": config.train.batch_size, "seq_len": config.data.seq_len}
-  out.update(_train_step(config, vocab_size, next(it)))
+  out.update(_train_step(config, vocab_size, batch))
   tokens = config.train.batch_size * config.data.seq_len
   step_s = out["step_ms_median"] / 1e3
   per_token = flops.train_flops_per_token(config, vocab_size)
@@ -112,8 +136,9 @@ def run(config) -> dict:
       "mfu_rated_peak": None if rated is None else achieved / (rated * n),
   })
   if _INPUT_SECONDS.value > 0:
-    out["input_tokens_per_sec"] = _host_pipeline(it, _INPUT_SECONDS.value)
-    out["input"] = f"{config.data.source}, {config.data.format}, {config.masking.strategy}"
+    out.update(_input(config, _INPUT_SECONDS.value))
+  if _LOOP_STEPS.value > 0:
+    out["input_wait_fraction"] = _input_wait(config, _LOOP_STEPS.value)
   return out
 
 

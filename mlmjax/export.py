@@ -30,13 +30,17 @@ _VERIFY = flags.DEFINE_bool("verify", True, "Load the export with transformers (
                             " and compare its logits with mlmjax's.")
 
 
+_FAMILY_NAMES = {"bert": "BERT", "roformer": "RoFormer", "modernbert": "ModernBERT",
+                 "electra": "ELECTRA"}
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   try:
     run = hf_export.export(_WORKDIR.value, _OUT.value, _STEP.value)
-    kind = hf_convert.export_arch(run.config).model_type
+    kind = _FAMILY_NAMES[hf_convert.export_arch(run.config).model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
     if _VERIFY.value and importlib.util.find_spec("torch") is None:

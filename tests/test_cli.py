@@ -92,6 +92,7 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
 
 def test_bench_prints_its_numbers(tokenizer_path):
   proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
+              "--loop_steps=10",
               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
               "--config.train.batch_size=8")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -102,4 +103,5 @@ def test_bench_prints_its_numbers(tokenizer_path):
               "compile_s", "compiled_memory_bytes_per_device", "input_tokens_per_sec"):
     assert 0 < result[key] < float("inf"), (key, result)
   assert result["step_ms_min"] <= result["step_ms_median"]
+  assert 0 <= result["input_wait_fraction"] < 1
   assert result["rated_peak_tflops"] is None  # a CPU has no datasheet peak
