@@ -13,7 +13,6 @@ mlmjax's (`--verify=false` skips this).
 from __future__ import annotations
 
 import importlib.util
-import sys
 
 from absl import app
 from absl import flags
@@ -38,7 +37,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
-  try:
+  with errors.reported_in_one_line():
     run = hf_export.export(_WORKDIR.value, _OUT.value, _STEP.value)
     kind = _FAMILY_NAMES[hf_convert.export_arch(run.config).model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
@@ -49,9 +48,6 @@ def main(argv):
       diff = hf_export.verify(run, _OUT.value)
       print(f"verified with transformers: max |logit difference| {diff:.2e} on"
             f" {hf_export.SAMPLE_TEXT!r}")
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

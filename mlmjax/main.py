@@ -62,13 +62,8 @@ def main(argv):
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   if jax.process_index() > 0:  # one progress log per run: process 0's (others warn only)
     logging.set_verbosity(logging.WARNING)
-  try:
+  with errors.reported_in_one_line(_VERBOSE.value):
     train.train_and_evaluate(config, _WORKDIR.value, stop_after=_STOP_AFTER.value)
-  except errors.UserError as e:
-    if _VERBOSE.value:
-      raise
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

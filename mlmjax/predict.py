@@ -8,7 +8,6 @@ are printed per mask.
 
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -75,16 +74,13 @@ def main(argv):
   if not texts:
     raise app.UsageError(f'give at least one text with {MASK_TEXT}, e.g. "the [MASK] of God"')
   metrics.quiet_library_logs()
-  try:
+  with errors.reported_in_one_line():
     predictor = Predictor(_WORKDIR.value)
     print(f"checkpoint step {predictor.step} of {_WORKDIR.value}")
     for text in texts:
       print(text)
       for i, fills in enumerate(predictor.fill_mask(text, _TOP_K.value)):
         print(f"  {MASK_TEXT} {i + 1}: " + "  ".join(f"{piece} ({p:.3f})" for piece, p in fills))
-  except errors.UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":

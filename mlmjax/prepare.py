@@ -181,13 +181,8 @@ def main(argv):
     print(f"error: cannot load --config: {str(e).strip().splitlines()[-1].strip()}",
           file=sys.stderr)
     sys.exit(1)
-  try:
+  with errors.reported_in_one_line(_VERBOSE.value):
     prepare(config, _SOURCE.value, _OUT.value, _NUM_FILES.value, _WORKERS.value)
-  except errors.UserError as e:
-    if _VERBOSE.value:
-      raise
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
 
 
 if __name__ == "__main__":
