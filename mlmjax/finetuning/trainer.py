@@ -95,10 +95,11 @@ class _FineTuner:
     model_config = ml_collections.ConfigDict(pre_config.model.to_dict())
     model_config.update(dropout_rate=config.model.dropout_rate,
                         attention_dropout_rate=config.model.attention_dropout_rate)
-    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
-    encoder_config.model = model_config
+    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())  # the pretraining model,
+    encoder_config.model = model_config  # heads included, so its checkpoint loads as it is
     self.step_config = ml_collections.ConfigDict({
-        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules}, "model": model_config,
+        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules},
+        "model": model_config,  # make_setup's per-layer FSDP shardings follow its scan_layers
         "train": {**config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
                   "schedule": "linear", "update_clip_rms": 0.0,  # BERT's fine-tuning optimizer
                   "warmup_steps": round(config.train.warmup_fraction * self.total)}})
