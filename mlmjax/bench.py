@@ -6,8 +6,8 @@ Reports the train step (median and best step time, tokens/s, FLOPs per step and 
 MFU against this machine's measured matmul peak and the device's rated peak where known,
 compile time, memory), the host pipeline alone (tokens/s of batches with fresh masks, with the
 config's data.worker_count; for prepared data also of the raw text it came from), and, with
---loop_steps, the fraction of a short real training run spent waiting for
-input. The step is timed on a fixed real batch, so the host pipeline is not in its numbers.
+--loop_steps, the fraction of a short real training run spent waiting for input. The step is
+timed on a fixed real batch, so the host pipeline is not in its numbers.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ _LOOP_STEPS = flags.DEFINE_integer("loop_steps", 0, "Steps of a real training ru
 
 
 def _input(config, seconds: float) -> dict:
-  """Input tokens/s alone (input_bench): the config's, and with prepared data also its text's."""
+  """Input tokens/s alone: the config's, and with prepared data also its text's."""
   out = {"input_tokens_per_sec": throughput.input_throughput(config, seconds)["tokens_per_sec"],
          "input": f"{config.data.source}, {config.data.format}, {config.masking.strategy},"
                   f" {config.data.worker_count} workers"}
