@@ -103,8 +103,16 @@ def _train_step(config, vocab_size: int, batch) -> dict:
 def run(config) -> dict:
   config_check.check(config)
   with tempfile.TemporaryDirectory() as tmp:
-    run_dir = workdir_lib.Workdir(tmp)
-    inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
+    return _measure(config, workdir_lib.Workdir(tmp))
+
+
+def _measure(config, run_dir: workdir_lib.Workdir) -> dict:
+  inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
+  if not config.tokenizer.path and os.path.exists(run_dir.tokenizer):
+    # The input and loop measurements reuse the tokenizer just trained instead of each
+    # training it again.
+    config = copy.deepcopy(config)
+    config.tokenizer.path = run_dir.tokenizer
   vocab_size = inp.tokenizer.vocab_size
   it = inp.train_iter(config)
   batch = next(it)

@@ -33,6 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mlmjax import errors
+from mlmjax import sharding
 
 
 class DataIterator(Protocol):
@@ -67,9 +68,7 @@ def _os_error(e: BaseException) -> OSError | None:
 
 def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
   """{'blocks/0/mlp_in/kernel': shape}; list indices and their saved string form agree."""
-  def name(path):
-    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
-  return {name(path): tuple(leaf.shape)
+  return {sharding.param_name(sharding.path_keys(path)): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 

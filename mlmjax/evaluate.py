@@ -66,8 +66,8 @@ def evaluate(path: str, source: str = "", step: int | None = None,
   if batches is not None:
     config.train.eval_batches = batches
   config_check.check(config, run.setup.mesh.size)  # the overrides' rules, one-line errors
-  run_input = input_lib.held_out_input(
-      config, run_dir.saved_tokenizer() or run_dir.tokenizer, run_dir.vocab_stats, source)
+  run_input = input_lib.held_out_input(config, run_dir.saved_tokenizer(),
+                                       run_dir.vocab_stats, source)
   # The shapes of the run's last phase: what its final evaluation used.
   phase_config = phases_lib.phase_config(config, phases_lib.plan(config)[-1])
   out = train.evaluate(steps.make_eval_step(run.setup), run.state["params"], run_input,

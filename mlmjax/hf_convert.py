@@ -30,13 +30,11 @@ Where the two models differ in more than names, the conversion keeps the functio
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable
-
 import jax
 import numpy as np
 
-from mlmjax.hf_rules import Arch, ConversionError, _name, rules
+from mlmjax import sharding
+from mlmjax.hf_rules import Arch, ConversionError, rules
 
 Params = dict  # nested {name: {...} | np.ndarray}, blocks under "blocks": {0: {...}, 1: ...}
 
@@ -97,15 +95,14 @@ def to_hf(params: Params, arch: Arch, model_cfg, vocab_to_hf: np.ndarray | None 
     try:
       leaf = _get(params, rule.path)
     except KeyError:
-      raise ConversionError(f"the model has no {_name(rule.path)}, which transformers'"
-                            f" {arch.model_type} needs") from None
+      raise ConversionError(f"the model has no {sharding.param_name(rule.path)}, which"
+                            f" transformers' {arch.model_type} needs") from None
     used.add(rule.path)
     for name, value in zip(rule.names, rule.to_hf(leaf)):
       out[name] = np.ascontiguousarray(value, np.float32)
   # A parameter no rule maps (another block design) must not be dropped silently.
-  unused = [_name(tuple(getattr(k, "key", k) for k in path))
-            for path, _ in jax.tree_util.tree_leaves_with_path(params)
-            if tuple(getattr(k, "key", k) for k in path) not in used]
+  paths = [sharding.path_keys(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+  unused = [sharding.param_name(p) for p in paths if p not in used]
   if unused:
     raise ConversionError(f"transformers' {arch.model_type} has no place for"
                           f" {', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''}")
@@ -129,7 +126,7 @@ def from_hf(state: dict[str, np.ndarray], arch: Arch, model_cfg, nsp: bool,
     present = [n in state for n in rule.names]
     if not all(present):
       if rule.head and not any(present):
-        missing_heads.append(_name(rule.path))
+        missing_heads.append(sharding.param_name(rule.path))
         continue
       absent = next(n for n, ok in zip(rule.names, present) if not ok)
       raise ConversionError(f"the checkpoint has no tensor {absent!r}")

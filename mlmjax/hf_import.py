@@ -25,6 +25,7 @@ import numpy as np
 
 from mlmjax import config_check
 from mlmjax import hf_convert
+from mlmjax import sharding
 from mlmjax.data import formats
 
 # Names of old TF-converted BERT checkpoints, which transformers renames on load as well.
@@ -111,7 +112,7 @@ def _with_prefix(state: dict, arch: hf_convert.Arch) -> dict:
 
 def _by_path(tree) -> dict[str, np.ndarray]:
   """{'blocks/0/mlp_in/kernel': leaf} (list indices and dict keys alike)."""
-  return {"/".join(str(getattr(k, "key", k)) for k in path): x
+  return {sharding.param_name(sharding.path_keys(path)): x
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
@@ -146,12 +147,12 @@ def initial_state(config, setup, tok):
   state = setup.init_fn()
   params, missing = imported_params(config, tok, setup.abstract_state["params"])
 
-  def place(path, fresh, sharding):
-    value = params.get("/".join(str(getattr(k, "key", k)) for k in path))
+  def place(path, fresh, target):
+    value = params.get(sharding.param_name(sharding.path_keys(path)))
     if value is None:
       return fresh  # a head the checkpoint lacks
     value = np.asarray(value, np.float32)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+    return jax.make_array_from_callback(value.shape, target, lambda index: value[index])
 
   state["params"] = jax.tree_util.tree_map_with_path(place, state["params"],
                                                      setup.state_shardings["params"])

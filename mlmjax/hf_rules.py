@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from mlmjax import errors
+from mlmjax import sharding
 
 
 class ConversionError(errors.UserError):
@@ -54,10 +55,6 @@ class Arch:
             "norm": "cls.predictions.transform.LayerNorm", "bias": "cls.predictions.bias"}
 
 
-def _name(path: tuple) -> str:
-  return "/".join(map(str, path))
-
-
 @dataclasses.dataclass(frozen=True)
 class _Rule:
   path: tuple  # the mlmjax leaf
@@ -74,8 +71,8 @@ def _copy(path: tuple, name: str, head: bool = False) -> _Rule:
 def _dense(path: tuple, name: str, head: bool = False) -> list[_Rule]:
   def to_hf(k):
     if k.ndim != 2:  # e.g. a gated MLP's [D, 2, F]: not a torch Linear
-      raise ConversionError(f"{_name(path)} has a {k.shape} kernel: not a linear layer of"
-                            " transformers' BERT")
+      raise ConversionError(f"{sharding.param_name(path)} has a {k.shape} kernel: not a"
+                            f" linear layer of transformers' BERT")
     return (k.T,)
   return [_Rule(path + ("kernel",), (name + ".weight",), to_hf, lambda w: w.T, head),
           _copy(path + ("bias",), name + ".bias", head)]

@@ -72,6 +72,17 @@ def spec_for(shape: tuple[int, ...], axes: tuple[str | None, ...],
   return P(*spec), fallbacks
 
 
+def path_keys(path) -> tuple:
+  """A jax tree path as plain keys: ('blocks', 0, 'mlp_in', 'kernel')."""
+  return tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)
+
+
+def param_name(keys: tuple) -> str:
+  """'blocks/0/mlp_in/kernel': a parameter's name in messages and in flat {name: array} dicts
+  (the same whether layer indices are list indices, dict keys or their saved strings)."""
+  return "/".join(map(str, keys))
+
+
 def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
   """NamedShardings (as a pure dict matching `nnx.to_pure_dict`) from the params' `axes`."""
   rules = parse_rules(rules)
@@ -79,7 +90,7 @@ def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
 
   def sharding(path, v):
     spec, fallbacks = spec_for(v.shape, v.get_metadata()["axes"], rules, mesh)
-    name = "/".join(str(getattr(k, "key", k)) for k in path)
+    name = param_name(path_keys(path))
     for cause in fallbacks:
       replicated_dims.setdefault(cause, []).append(name)
     return NamedSharding(mesh, spec)

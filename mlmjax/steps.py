@@ -45,16 +45,12 @@ class Setup:
     front, each block's weights only when that block runs; autodiff turns each gather into
     the reduce-scatter of the gradient. No-ops without an fsdp axis."""
     def gather_outside_blocks(path, p, s):
-      return p if "blocks" in _names(path) else jax.lax.with_sharding_constraint(p, s)
+      return p if "blocks" in sharding.path_keys(path) else jax.lax.with_sharding_constraint(p, s)
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
     return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
         jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
-
-
-def _names(path) -> list[str]:
-  return [str(getattr(k, "key", getattr(k, "idx", k))) for k in path]
 
 
 def _layer_shardings(compute: dict, model_config) -> dict[str, dict]:

@@ -76,8 +76,7 @@ def _run(argv: list[str]) -> None:
     return
   if bool(_TOKENIZER.value) == bool(_WORKDIR.value):
     raise errors.UserError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
-  run = None if _TOKENIZER.value else workdir_lib.Workdir(_WORKDIR.value)
-  path = _TOKENIZER.value or run.saved_tokenizer() or run.tokenizer
+  path = _TOKENIZER.value or workdir_lib.Workdir(_WORKDIR.value).saved_tokenizer()
   tok = tokenizer_lib.load(path)
   texts = texts or [line.rstrip("\n") for line in sys.stdin]
   for line in encode(tok, texts, _PIECES.value):

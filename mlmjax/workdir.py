@@ -59,8 +59,11 @@ class Workdir:
   tokenizers = property(lambda self: {"sentencepiece": self.tokenizer,
                                       "huggingface": self.hf_tokenizer})
 
-  def saved_tokenizer(self) -> str | None:
-    return next((p for p in self.tokenizers.values() if os.path.exists(p)), None)
+  def saved_tokenizer(self) -> str:
+    """The tokenizer the run saved, whichever kind (none yet: the sentencepiece path, so that
+    loading it names the missing file)."""
+    return next((p for p in self.tokenizers.values() if os.path.exists(p)), self.tokenizer)
+
   vocab_stats = property(lambda self: self._join("tokenizer_stats.npz"))
   checkpoints = property(lambda self: os.path.join(os.path.abspath(self.path), "checkpoints"))
   corrupt_checkpoints = property(
@@ -140,7 +143,7 @@ def load_run(path: str, step: int | None = None,
   mesh.rules), by default on the first device."""
   run = Workdir(path)
   config = run.load_config()
-  tok = tokenizer_lib.load(run.saved_tokenizer() or run.tokenizer)
+  tok = tokenizer_lib.load(run.saved_tokenizer())
   if mesh is None:
     config.mesh.shape = (1, 1, 1)
     mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])

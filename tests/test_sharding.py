@@ -141,7 +141,7 @@ def test_rules_shard_parameters_and_optimizer_state(optimizer):
 
 
 def _key(path):
-  return tuple(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
+  return sharding.param_name(sharding.path_keys(path))
 
 
 def test_indivisible_dimension_is_replicated_with_a_warning(caplog):

@@ -76,7 +76,7 @@ class _FineTuner:
     self.run_record = {"task": data.task.name, "init": "random" if random_init else "pretrained",
                        "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
     self._check_same_run()
-    tok = tokenizer_lib.load(pre.saved_tokenizer() or pre.tokenizer)
+    tok = tokenizer_lib.load(pre.saved_tokenizer())
     train = data.train
     limit = config.data.max_train_examples
     if limit and len(train) > limit:
