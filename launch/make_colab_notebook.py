@@ -106,8 +106,8 @@ the result is bit-identical to an uninterrupted run."""),
 from absl import flags
 from absl import logging
 
-from mlmjax import metrics
-from mlmjax import train
+from mlmjax.training import metrics
+from mlmjax.training import train
 
 flags.FLAGS.mark_as_parsed()  # no command line here: absl's flags keep their defaults
 logging.use_absl_handler()

@@ -25,15 +25,15 @@ import jax
 import numpy as np
 from ml_collections import config_flags
 
-from mlmjax import config_check
-from mlmjax import flops
-from mlmjax import metrics
-from mlmjax import model as model_lib
-from mlmjax import sharding
-from mlmjax import steps as steps_lib
-from mlmjax import train
-from mlmjax import workdir as workdir_lib
-from mlmjax.data import input as input_lib
+from mlmjax.training import config_check
+from mlmjax.models import flops
+from mlmjax.training import metrics
+from mlmjax.models import bert as model_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import steps as steps_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)

@@ -19,15 +19,15 @@ from absl import flags
 from absl import logging
 import ml_collections
 
-from mlmjax import config_check
+from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax import metrics as metrics_lib
-from mlmjax import phases as phases_lib
-from mlmjax import sharding
-from mlmjax import steps
-from mlmjax import train
-from mlmjax import workdir as workdir_lib
-from mlmjax.data import input as input_lib
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import phases as phases_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.data import run_input as input_lib
 
 # What runs saved before config.eval existed are scored at (configs/base.py).
 DEFAULT_MASK_RATE = 0.15

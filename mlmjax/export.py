@@ -5,7 +5,7 @@
 writes OUT/model.safetensors, OUT/config.json and the tokenizer files, which
 `AutoModelForMaskedLM.from_pretrained(OUT)` and `AutoTokenizer.from_pretrained(OUT)` load: a
 BERT for learned positions, a RoFormer for rotary ones, ModernBERT for the modern block, an
-ElectraForPreTraining for ELECTRA's discriminator (hf_export.py). Then, when torch is
+ElectraForPreTraining for ELECTRA's discriminator (exporter.py). Then, when torch is
 installed, transformers loads the export and its MLM logits on a sample text must equal
 mlmjax's (`--verify=false` skips this).
 """
@@ -18,9 +18,9 @@ from absl import app
 from absl import flags
 
 from mlmjax import errors
-from mlmjax import hf_convert
-from mlmjax import hf_export
-from mlmjax import metrics
+from mlmjax.hf import convert as hf_convert
+from mlmjax.hf import exporter
+from mlmjax.training import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _OUT = flags.DEFINE_string("out", None, "The folder to write (must not exist, or be empty).")
@@ -38,16 +38,16 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   with errors.reported_in_one_line():
-    run = hf_export.export(_WORKDIR.value, _OUT.value, _STEP.value)
+    run = exporter.export(_WORKDIR.value, _OUT.value, _STEP.value)
     kind = _FAMILY_NAMES[hf_convert.export_arch(run.config).model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
     if _VERIFY.value and importlib.util.find_spec("torch") is None:
       print("not verified: torch is not installed (pip install -e '.[hf]')")
     elif _VERIFY.value:
-      diff = hf_export.verify(run, _OUT.value)
+      diff = exporter.verify(run, _OUT.value)
       print(f"verified with transformers: max |logit difference| {diff:.2e} on"
-            f" {hf_export.SAMPLE_TEXT!r}")
+            f" {exporter.SAMPLE_TEXT!r}")
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from mlmjax import distributed
+from mlmjax.parallel import distributed
 from mlmjax import errors
-from mlmjax import metrics
-from mlmjax import workdir as workdir_lib
+from mlmjax.training import metrics
+from mlmjax.training import workdir as workdir_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer

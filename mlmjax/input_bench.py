@@ -21,7 +21,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
-from mlmjax import config_check
+from mlmjax.training import config_check
 from mlmjax.data import throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)

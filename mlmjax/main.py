@@ -12,10 +12,10 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from mlmjax import distributed
+from mlmjax.parallel import distributed
 from mlmjax import errors
-from mlmjax import metrics
-from mlmjax import train
+from mlmjax.training import metrics
+from mlmjax.training import train
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "Path to an ml_collections config file (e.g. configs/tiny.py).",

@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 from mlmjax import errors
-from mlmjax import metrics
-from mlmjax import workdir as workdir_lib
+from mlmjax.training import metrics
+from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 
 MASK_TEXT = "[MASK]"

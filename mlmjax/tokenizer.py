@@ -21,7 +21,7 @@ from absl import flags
 from absl import logging
 
 from mlmjax import errors
-from mlmjax import workdir as workdir_lib
+from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 

@@ -93,14 +93,14 @@ def saved_state(workdir, step=None):
   from the run's own config.json."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from mlmjax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   return jax.tree.map(np.asarray, workdir_lib.load_run(workdir, step).state)
 
 
 def latest_step(workdir):
   """The step of a run's newest complete checkpoint (None if there is none)."""
-  from mlmjax import checkpoint  # pylint: disable=g-import-not-at-top
-  from mlmjax import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   run = workdir_lib.Workdir(workdir)
   ckpt = checkpoint.Checkpointer(run.checkpoints, run.corrupt_checkpoints, 1)
   try:

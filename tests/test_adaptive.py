@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mlmjax import adaptive
+from mlmjax.training import masking_feedback
 
 
 def _metrics(loss, count):
@@ -11,7 +11,7 @@ def _metrics(loss, count):
 
 
 def test_table_refreshes_on_schedule_and_weights_follow_the_loss():
-  table = adaptive.TokenLossFeedback(vocab_size=10, every_steps=4, decay=0.5)
+  table = masking_feedback.TokenLossFeedback(vocab_size=10, every_steps=4, decay=0.5)
   assert table.per_token_loss and table.weights_at(100) is None  # uniform before feedback
   loss, count = np.zeros(10), np.zeros(10)
   loss[[5, 6]], count[[5, 6]] = [8.0, 2.0], [2.0, 2.0]  # mean loss 4 for id 5, 1 for id 6
@@ -31,13 +31,13 @@ def test_table_refreshes_on_schedule_and_weights_follow_the_loss():
   # An exponential moving average over refreshes.
   np.testing.assert_allclose(table.weights_at(8)[5:7], [0.5 * 4 + 0.5 * 0, 0.5 * 1 + 0.5 * 3])
   # What a checkpoint at step 8 holds gives the same weights from step 8 on.
-  restored = adaptive.TokenLossFeedback(vocab_size=10, every_steps=4, decay=0.5)
+  restored = masking_feedback.TokenLossFeedback(vocab_size=10, every_steps=4, decay=0.5)
   restored.load({k: v.copy() for k, v in table.state().items()}, steps_done=8)
   np.testing.assert_array_equal(restored.weights_at(8), table.weights_at(8))
 
 
 def test_no_feedback_does_nothing():
-  none = adaptive.NoFeedback()
+  none = masking_feedback.NoFeedback()
   assert not none.per_token_loss and not none.syncs_at(100) and none.weights_at(5) is None
   none.after_step(1, {}, applied=True)
   assert none.state() == {}

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from configs import base
-from mlmjax import attention
-from mlmjax import config_check
+from mlmjax.models import attention
+from mlmjax.training import config_check
 from mlmjax import errors
 
 B, T, N, H = 2, 128, 2, 16

@@ -8,9 +8,9 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import latest_step
-from mlmjax import checkpoint
+from mlmjax.training import checkpoint
 from mlmjax import errors
-from mlmjax import train
+from mlmjax.training import train
 from mlmjax.data import tokenizer as tok_lib
 
 

@@ -4,9 +4,9 @@ import pytest
 
 from configs import base
 from configs import tiny
-from mlmjax import config_check
+from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax import train
+from mlmjax.training import train
 
 
 def _config(**masking):

@@ -85,10 +85,10 @@ def test_rows_of_a_long_document_spread_over_batches(data_format, micro_config, 
 
 
 def test_document_order_is_a_fresh_permutation_every_epoch():
-  from mlmjax.data import stream  # pylint: disable=g-import-not-at-top
+  from mlmjax.data import shard_walk  # pylint: disable=g-import-not-at-top
   for n in (1, 2, 3, 1000, 70_001):
     x = np.arange(n, dtype=np.uint64)
-    orders = [stream.permutation(x, n, (0, 0, epoch)) for epoch in (0, 1)]
+    orders = [shard_walk.permutation(x, n, (0, 0, epoch)) for epoch in (0, 1)]
     for order in orders:
       np.testing.assert_array_equal(np.sort(order), x)
     if n >= 1000:

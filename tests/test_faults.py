@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from conftest import saved_state
-from mlmjax import sharding
-from mlmjax import train
-from mlmjax import steps
+from mlmjax.parallel import sharding
+from mlmjax.training import train
+from mlmjax.training import steps
 from mlmjax.data.masking import masker as masker_lib
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib

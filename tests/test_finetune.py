@@ -11,12 +11,12 @@ import pytest
 
 from configs import tiny
 from conftest import REPO, user_env
-from mlmjax import config_check
+from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax import metrics as metrics_lib
-from mlmjax import train
-from mlmjax import workdir as workdir_lib
-from mlmjax.data import input as input_lib
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks

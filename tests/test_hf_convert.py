@@ -13,9 +13,9 @@ from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
 from configs import base
-from mlmjax import hf_convert
-from mlmjax import hf_import
-from mlmjax import model as model_lib
+from mlmjax.hf import convert as hf_convert
+from mlmjax.hf import importer
+from mlmjax.models import bert as model_lib
 from mlmjax.data import hf_tokenizer
 
 V, T = 40, 12
@@ -188,9 +188,9 @@ def test_weights_are_read_from_every_layout_transformers_writes(tmp_path):
       {"weight_map": {k: f"model-{int(k != names[0])}.st" for k in names}}))
   torch.save({k: torch.from_numpy(v) for k, v in state.items()}, str(pickled / "pytorch_model.bin"))
   for folder in (single, sharded, pickled):
-    read = hf_import._with_prefix(hf_import.read_weights(str(folder)), hf_convert.Arch("bert"))
+    read = importer._with_prefix(importer.read_weights(str(folder)), hf_convert.Arch("bert"))
     assert sorted(read) == sorted(wanted)
     for k, v in wanted.items():
       np.testing.assert_array_equal(read[k], v)
-  with pytest.raises(hf_import.CheckpointReadError, match="has no model.safetensors or"):
-    hf_import.read_weights(str(tmp_path))
+  with pytest.raises(importer.CheckpointReadError, match="has no model.safetensors or"):
+    importer.read_weights(str(tmp_path))

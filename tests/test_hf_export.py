@@ -14,13 +14,13 @@ import transformers
 
 from configs import tiny
 from conftest import REPO, user_env
-from mlmjax import config_check
-from mlmjax import hf_export
-from mlmjax import hf_import
+from mlmjax.training import config_check
+from mlmjax.hf import exporter
+from mlmjax.hf import importer
 from mlmjax import predict
-from mlmjax import train
-from mlmjax import workdir as workdir_lib
-from mlmjax.data import input as input_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import sentences
 
 transformers.logging.set_verbosity_error()
@@ -90,7 +90,7 @@ def tiny_export(tiny_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bert_export(bert_run, tmp_path_factory):
   out = str(tmp_path_factory.mktemp("exports") / "bert")
-  hf_export.export(bert_run, out)
+  exporter.export(bert_run, out)
   return out
 
 
@@ -159,7 +159,7 @@ def test_transformers_computes_the_same_logits_as_mlmjax(which, tiny_run, tiny_e
     hf_logits = model(**hf_in).logits.numpy()
   lengths = hf_in["attention_mask"].sum(1).tolist()
   rows = [hf_in["input_ids"][i, :n].tolist() for i, n in enumerate(lengths)]  # the same ids
-  for i, mine in enumerate(hf_export.mlm_logits(run, rows)):
+  for i, mine in enumerate(exporter.mlm_logits(run, rows)):
     np.testing.assert_allclose(hf_logits[i, :lengths[i]], mine, atol=1e-4)
   if which == "bert":  # the NSP head too, with token types A and B
     pair = tok("In the beginning God created the heaven.", "And the earth was without form.",
@@ -219,7 +219,7 @@ def test_round_trip_export_import_continues_with_the_exported_models_loss(
   train.train_and_evaluate(config, workdir, stop_after=1)
   first = _metrics(workdir)[0]
   assert first["step"] == 1
-  batch = _first_batch(hf_import.configure(config), workdir)
+  batch = _first_batch(importer.configure(config), workdir)
   expected = _hf_losses(bert_export, batch, np.arange(512))
   assert first["loss"] == pytest.approx(expected["loss"], abs=1e-4)
   assert first["nsp_loss"] == pytest.approx(expected["nsp_loss"], abs=1e-4)
@@ -308,14 +308,14 @@ def test_checkpoint_made_by_transformers_imports_and_trains(make, tmp_path, corp
   # BPE word starts ("Ġthe"); both become sentencepiece's "▁the".
   [the] = tok.encode([" the"])[0]
   assert tok.word_pieces()[the] == "\u2581the"
-  batch = _first_batch(hf_import.configure(config), workdir)
+  batch = _first_batch(importer.configure(config), workdir)
   assert (batch["input_ids"][:, 0] == 2).all()  # [CLS] is mlmjax's id 2, HF's own below
   expected = _hf_losses(folder, batch, tok.vocab_to_hf)
   assert rows[0]["loss"] == pytest.approx(expected["loss"], abs=1e-4)
 
   out = str(tmp_path / "export")
-  run = hf_export.export(workdir, out)
-  assert hf_export.verify(run, out) <= 1e-4
+  run = exporter.export(workdir, out)
+  assert exporter.verify(run, out) <= 1e-4
   assert open(os.path.join(out, "tokenizer.json")).read() == open(
       os.path.join(folder, "tokenizer.json")).read()
   assert json.load(open(os.path.join(out, "config.json")))["pad_token_id"] == (
@@ -334,9 +334,9 @@ def test_bad_init_from_and_export_targets_fail_with_one_clear_line(tmp_path, ber
   config.init_from = f"hf:{bert_export}"
   config.tokenizer.path = "other.model"
   with pytest.raises(config_check.ConfigError, match="leave tokenizer.path empty"):
-    hf_import.configure(config)
-  with pytest.raises(hf_export.ExportError, match="exists and is not an empty folder"):
-    hf_export.export(bert_run, bert_export)
+    importer.configure(config)
+  with pytest.raises(exporter.ExportError, match="exists and is not an empty folder"):
+    exporter.export(bert_run, bert_export)
 
 
 @pytest.mark.parametrize("kind", ["modernbert", "electra"])
@@ -358,8 +358,8 @@ def test_modern_block_and_electra_export_with_logit_parity(kind, tokenizer_path,
     config.model.update(position_embedding_type="learned", embedding_size=16)
   workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
   train.train_and_evaluate(config, workdir)
-  run = hf_export.export(workdir, out)
+  run = exporter.export(workdir, out)
   assert json.load(open(os.path.join(out, "config.json")))["model_type"] == kind
   # A long text: the sliding window (4 tokens each side) really cuts the local layers' view.
   text = " ".join(TEXTS)
-  assert hf_export.verify(run, out, text) < 1e-4
+  assert exporter.verify(run, out, text) < 1e-4

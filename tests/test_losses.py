@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 
-from mlmjax import losses
+from mlmjax.training import losses
 from mlmjax.data import tokenizer as tok
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from mlmjax import attention as attention_lib
-from mlmjax import layers
-from mlmjax import model as model_lib
+from mlmjax.models import attention as attention_lib
+from mlmjax.models import layers
+from mlmjax.models import bert as model_lib
 
 
 def _model(micro_config, vocab=512):
@@ -188,7 +188,7 @@ def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config):
   update clipping, scanned layers."""
   from configs import modernbert  # pylint: disable=g-import-not-at-top
   from conftest import saved_state  # pylint: disable=g-import-not-at-top
-  from mlmjax import train  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import train  # pylint: disable=g-import-not-at-top
   preset = modernbert.get_config("base")
   c = micro_config
   for key in ("norm_position", "mlp", "use_bias", "position_embedding_type", "global_attention_every",

@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from mlmjax import adaptive
-from mlmjax import sharding
+from mlmjax.training import masking_feedback
+from mlmjax.parallel import sharding
 from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data import prefetch
@@ -74,7 +74,7 @@ def test_prefetch_checkpoints_what_was_taken_and_masks_after_the_feedback(
   losses = [rng.random(len(tok)) for _ in range(6)]
   runs = []
   for depth in (0, 3):
-    feedback = adaptive.TokenLossFeedback(len(tok), every_steps=2, decay=0.5)
+    feedback = masking_feedback.TokenLossFeedback(len(tok), every_steps=2, decay=0.5)
     masker = masking.Masker(c.masking, vocab_stats_for_tests, None, feedback.weights_at)
     data = prefetch.DevicePrefetcher(pipeline.make_train_iter(c, tok, corpus[0], masker), mesh,
                                      depth)

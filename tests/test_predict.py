@@ -5,7 +5,7 @@ import pytest
 from configs import tiny
 from mlmjax import errors
 from mlmjax import predict
-from mlmjax import train
+from mlmjax.training import train
 
 DOCUMENT = ("And the LORD spake unto Moses, saying, Speak unto the people. And the king went"
             " up to his house. In the beginning God created the heaven and the earth.")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, latest_step, saved_state, user_env
-from mlmjax import metrics
+from mlmjax.training import metrics
 
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",

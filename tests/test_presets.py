@@ -3,7 +3,7 @@
 import pytest
 
 from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm
-from mlmjax import phases
+from mlmjax.training import phases
 
 BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
               "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16)}

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from configs import base
-from mlmjax import checkpoint
-from mlmjax import config_check
+from mlmjax.training import checkpoint
+from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax import sharding
-from mlmjax import steps
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 

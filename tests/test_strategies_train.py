@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import saved_state
-from mlmjax import train
+from mlmjax.training import train
 from mlmjax.data import formats
 
 # Each strategy once, each format at least once.

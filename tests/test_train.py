@@ -11,11 +11,11 @@ import pytest
 
 from configs import tiny
 from conftest import saved_state
-from mlmjax import checkpoint
-from mlmjax import metrics as metrics_lib
-from mlmjax import sharding
-from mlmjax import train
-from mlmjax import steps
+from mlmjax.training import checkpoint
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import train
+from mlmjax.training import steps
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 

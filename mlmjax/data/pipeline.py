@@ -1,7 +1,7 @@
 """The input pipeline of a process: its data shards' batches, masked, with a checkpointable
 position; built in grain worker processes when `data.worker_count` > 0.
 
-    split (raw text or prepared) -> documents s::num_shards per data shard -> stream.py
+    split (raw text or prepared) -> documents s::num_shards per data shard -> shard_walk.py
     (document order, units, packing, row windows, batches, masks) -> ShardedIterator
 
 The global batch is every shard's rows in shard order, however the shards are spread over
@@ -26,9 +26,9 @@ import grain
 import jax
 import numpy as np
 
-from mlmjax import distributed
+from mlmjax.parallel import distributed
 from mlmjax.data import masking
-from mlmjax.data import stream
+from mlmjax.data import shard_walk
 from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
 from mlmjax.errors import DataError
 
@@ -63,11 +63,11 @@ class ShardedIterator:
   (on another thread), the second makes masks that must wait for the training loop.
   """
 
-  def __init__(self, spec: stream.StreamSpec, worker_count: int = 0,
+  def __init__(self, spec: shard_walk.StreamSpec, worker_count: int = 0,
                late_masker: masking.Masker | None = None):
     self.spec, self.worker_count, self.late_masker = spec, worker_count, late_masker
     # Walks of every local shard, made now so that a bad split fails here, not in a worker.
-    self._state = {str(s): stream.ShardWalk(spec, s).state() for s in spec.shards}
+    self._state = {str(s): shard_walk.ShardWalk(spec, s).state() for s in spec.shards}
     self._it = None
 
   @property
@@ -76,7 +76,7 @@ class ShardedIterator:
 
   def next_unfinished(self) -> tuple[int, dict[str, np.ndarray]]:
     if self._it is None:
-      ds = stream.LocalStream(self.spec, self._state)
+      ds = shard_walk.LocalStream(self.spec, self._state)
       if self.worker_count:
         if not flags.FLAGS.is_parsed():  # grain reads its absl flags; a notebook or test has
           flags.FLAGS.mark_as_parsed()  # not parsed any: take their defaults
@@ -89,7 +89,7 @@ class ShardedIterator:
   def finish(self, item: tuple[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     b, batch = item
     if self.late_masker is not None:
-      batch = stream.mask(self.spec, self.late_masker, batch, b)
+      batch = shard_walk.mask(self.spec, self.late_masker, batch, b)
     return batch
 
   def __iter__(self):
@@ -116,7 +116,7 @@ class ShardedIterator:
       raise DataError("the checkpoint's data position was written by an older mlmjax input"
                       " pipeline and cannot be resumed exactly; start a new --workdir")
     for s in self.spec.shards:  # checks now that it is the same corpus
-      stream.ShardWalk(self.spec, s).set_state(mine[str(s)])
+      shard_walk.ShardWalk(self.spec, s).set_state(mine[str(s)])
     self.close()
     self._state = mine
 
@@ -128,10 +128,10 @@ class ShardedIterator:
 
 
 def _spec(config, documents, masker: masking.Masker, word_start, seed: int, shuffle: bool,
-          first_step: int, late: bool = False) -> stream.StreamSpec:
+          first_step: int, late: bool = False) -> shard_walk.StreamSpec:
   """`late`: the masks are made by the consumer, not with the batch."""
   static = "static" in masker.settings.in_use()
-  return stream.StreamSpec(
+  return shard_walk.StreamSpec(
       documents=documents, data_format=config.data.format, seq_len=config.data.seq_len,
       rows_per_shard=config.train.batch_size // num_shards(config),
       num_shards=num_shards(config), shards=tuple(local_shards(config)), seed=seed,

@@ -18,7 +18,7 @@ import queue
 import threading
 import time
 
-from mlmjax import sharding
+from mlmjax.parallel import sharding
 from mlmjax.data import pipeline
 
 _POLL_SECONDS = 0.1  # how often a blocked producer checks whether it should stop

@@ -7,8 +7,8 @@ import copy
 import tempfile
 import time
 
-from mlmjax import workdir as workdir_lib
-from mlmjax.data import input as input_lib
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import prepared
 
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mlmjax import layers
+from mlmjax.models import layers
 
 
 class SequenceClassifier(nnx.Module):

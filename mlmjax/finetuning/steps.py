@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from mlmjax import losses
-from mlmjax import optim
-from mlmjax import sharding
-from mlmjax import steps
+from mlmjax.training import losses
+from mlmjax.training import optimizer
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
 
 
 def example_losses(outputs_bk: jax.Array, labels_b: jax.Array, regression: bool) -> jax.Array:
@@ -29,7 +29,7 @@ def make_train_step(setup: steps.Setup, config, regression: bool
                     ) -> Callable[[steps.State, dict], tuple[steps.State, dict]]:
   """(state, batch) -> (state, metric sums); donates the old state. `config.train` holds the
   resolved schedule (steps, warmup_steps)."""
-  schedule = optim.learning_rate_schedule(config.train)
+  schedule = optimizer.learning_rate_schedule(config.train)
   dropout_base = jax.random.PRNGKey(config.seed)
 
   def train_step(state, batch):

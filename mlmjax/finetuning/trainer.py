@@ -2,7 +2,7 @@
 
     pretrained run (config, tokenizer, checkpoint) + task examples -> encoded rows -> mesh +
     sharded classifier state (encoder from the checkpoint, or random) -> restore? -> loop:
-    train step, [dev scores after every epoch], [checkpoint] -> results.json, curves.png
+    train step, [dev scores after every epoch], [checkpoint] -> results.json, learning_curves.png
 
 It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
 (sharding.py), the sharded state and optimizer (steps.make_setup, optim.py), orbax checkpoints
@@ -24,15 +24,15 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from mlmjax import checkpoint as checkpoint_lib
-from mlmjax import config_check
-from mlmjax import curves
+from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import config_check
+from mlmjax.training import learning_curves
 from mlmjax import errors
-from mlmjax import metrics as metrics_lib
-from mlmjax import sharding
-from mlmjax import steps
-from mlmjax import workdir as workdir_lib
-from mlmjax import workdir_lock
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.training import workdir_lock
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import classifier
 from mlmjax.finetuning import examples as examples_lib
@@ -272,5 +272,5 @@ class _FineTuner:
         "dev_history": history}
     if jax.process_index() == 0:
       self.out.save_json(self.out.results, results)
-      curves.save_curves([self.out.path], self.out.curves)
+      learning_curves.save_curves([self.out.path], self.out.curves)
     return results

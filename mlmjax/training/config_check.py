@@ -13,12 +13,12 @@ import jax
 import ml_collections
 import numpy as np
 
-from mlmjax import attention
-from mlmjax import electra
-from mlmjax import model as model_lib
-from mlmjax import optim
-from mlmjax import phases as phases_lib
-from mlmjax import sharding
+from mlmjax.models import attention
+from mlmjax.models import electra
+from mlmjax.models import bert as model_lib
+from mlmjax.training import optimizer
+from mlmjax.training import phases as phases_lib
+from mlmjax.parallel import sharding
 from mlmjax.data import formats
 from mlmjax.data import masking
 from mlmjax.errors import ConfigError
@@ -254,9 +254,9 @@ def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
 
 
 def _check_train(t) -> None:
-  _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
-  _one_of("train.schedule", t.schedule, optim.SCHEDULES)
-  _one_of("train.decay_shape", t.decay_shape, optim.DECAY_SHAPES)
+  _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
+  _one_of("train.schedule", t.schedule, optimizer.SCHEDULES)
+  _one_of("train.decay_shape", t.decay_shape, optimizer.DECAY_SHAPES)
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
@@ -289,7 +289,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= config.model[key] < 1.0:
       raise ConfigError(f"model.{key}={config.model[key]} must be in [0, 1)")
-  _one_of("train.optimizer", t.optimizer, optim.OPTIMIZERS)
+  _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
   if not t.epochs > 0 or t.learning_rate < 0 or not 0.0 <= t.warmup_fraction < 1.0:
     raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
                       " train.warmup_fraction in [0, 1)")

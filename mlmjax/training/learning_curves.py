@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 from mlmjax import errors
-from mlmjax import metrics as metrics_lib
-from mlmjax import workdir as workdir_lib
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import workdir as workdir_lib
 
 # Panels: (title, y label, metric keys in drawing order; `eval/` keys are held-out metrics).
 PANELS = (

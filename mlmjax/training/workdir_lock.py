@@ -27,7 +27,7 @@ import uuid
 from absl import logging
 import jax
 
-from mlmjax import distributed
+from mlmjax.parallel import distributed
 from mlmjax import errors
 
 

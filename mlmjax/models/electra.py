@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from mlmjax import layers
-from mlmjax import model as model_lib
+from mlmjax.models import layers
+from mlmjax.models import bert as model_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 
 

@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from mlmjax import electra
-from mlmjax import losses
-from mlmjax import model as model_lib
-from mlmjax import optim
-from mlmjax import sharding
+from mlmjax.models import electra
+from mlmjax.training import losses
+from mlmjax.models import bert as model_lib
+from mlmjax.training import optimizer
+from mlmjax.parallel import sharding
 from mlmjax.data import formats
 
 State = dict[str, Any]
@@ -90,7 +90,7 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
   abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
-  tx = optim.make_optimizer(config.train)
+  tx = optimizer.make_optimizer(config.train)
 
   def init() -> State:
     params = nnx.to_pure_dict(nnx.state(build()))
@@ -142,7 +142,7 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
   equal to that of the whole batch. `per_token_loss` adds `token_loss_sum`/`token_count` [V]
   to the metrics (adaptive masking).
   """
-  schedule = optim.learning_rate_schedule(config.train)
+  schedule = optimizer.learning_rate_schedule(config.train)
   dropout_base = jax.random.PRNGKey(config.seed)
   k = int(config.train.grad_accum_steps)
 
@@ -192,7 +192,7 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
     # The global counts are already reduced over devices (the loss needed them first): report
     # those rather than reducing the same sums a second time.
     sums.update({c: counts[c] for c in counts if c in sums})
-    # The schedule follows the step (optim.py): the rate logged is the rate applied.
+    # The schedule follows the step (optimizer.py): the rate logged is the rate applied.
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"],
                                          step=state["step"])
     new_state = {"step": state["step"] + 1,

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from mlmjax import errors
-from mlmjax import sharding
+from mlmjax.parallel import sharding
 
 
 class ConversionError(errors.UserError):

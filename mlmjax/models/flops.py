@@ -60,7 +60,7 @@ def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
   if config.objective.kind != "electra":
     d = m.hidden_size
     return 3 * (_encoder(m, t) + p / t * 2 * (d * d + d * vocab_size))
-  from mlmjax import electra  # pylint: disable=g-import-not-at-top
+  from mlmjax.models import electra  # pylint: disable=g-import-not-at-top
   g = electra.generator_config(m, config.objective.generator_fraction)
   e, d, dg = m.embedding_size or m.hidden_size, m.hidden_size, g.hidden_size
   projections = 2 * e * (d * (e != d) + dg * (e != dg))

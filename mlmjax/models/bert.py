@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mlmjax import layers
+from mlmjax.models import layers
 
 REMAT = ("none", "dots_saveable", "full")
 # Outputs of these are free to recompute; the weights only ever pass through them on their way

@@ -33,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mlmjax import errors
-from mlmjax import sharding
+from mlmjax.parallel import sharding
 
 
 class DataIterator(Protocol):

@@ -26,8 +26,8 @@ import jax
 import numpy as np
 
 from mlmjax import errors
-from mlmjax import hf_convert
-from mlmjax import workdir as workdir_lib
+from mlmjax.hf import convert as hf_convert
+from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import hf_tokenizer
 from mlmjax.data import tokenizer as tokenizer_lib
 

@@ -5,7 +5,7 @@
 
 The host side of the loop has participants that it treats alike: its own bookkeeping
 (`LoopState`: metric sums of the logging interval, skip counters) and the masking feedback
-(adaptive.py; a do-nothing one unless adaptive masking is on). Each hands the checkpoint its
+(masking_feedback.py; a do-nothing one unless adaptive masking is on). Each hands the checkpoint its
 state and gets it back on resume, which is what makes a resumed run bit-identical.
 """
 
@@ -17,23 +17,23 @@ from absl import logging
 import jax
 import numpy as np
 
-from mlmjax import adaptive
-from mlmjax import checkpoint as checkpoint_lib
-from mlmjax import config_check
-from mlmjax import curves
-from mlmjax import distributed
+from mlmjax.training import masking_feedback
+from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import config_check
+from mlmjax.training import learning_curves
+from mlmjax.parallel import distributed
 from mlmjax import errors
-from mlmjax import flops
-from mlmjax import hf_import
-from mlmjax import losses
-from mlmjax import metrics as metrics_lib
-from mlmjax import model as model_lib
-from mlmjax import phases as phases_lib
-from mlmjax import sharding
-from mlmjax import steps
-from mlmjax import workdir as workdir_lib
-from mlmjax import workdir_lock
-from mlmjax.data import input as input_lib
+from mlmjax.models import flops
+from mlmjax.hf import importer
+from mlmjax.training import losses
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.models import bert as model_lib
+from mlmjax.training import phases as phases_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.training import workdir_lock
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import prefetch
 
 
@@ -113,7 +113,7 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   the run continues exactly where it stopped on the next call (e.g. Colab sessions in chunks).
   """
   if config.init_from:  # the checkpoint's architecture and tokenizer, before the checks
-    config = hf_import.configure(config)
+    config = importer.configure(config)
   config_check.check(config)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
@@ -130,7 +130,7 @@ class _Trainer:
     vocab_size = self.input.tokenizer.vocab_size
     self.mesh = sharding.make_mesh(config.mesh)
     self.phases = phases_lib.plan(config)
-    self.feedback = adaptive.for_config(config.masking, vocab_size)
+    self.feedback = masking_feedback.for_config(config.masking, vocab_size)
     self.loop = LoopState(config.train)
     self.setup = steps.make_setup(config, vocab_size, self.mesh)
     self.train_step = steps.make_train_step(self.setup, config, self.feedback.per_token_loss)
@@ -163,7 +163,7 @@ class _Trainer:
       self._open_phase(self.phases[0])
       if self.config.init_from:
         logging.info("Starting from %s in %s", self.config.init_from, self.workdir.path)
-        return 0, hf_import.initial_state(self.config, self.setup, self.input.tokenizer)
+        return 0, importer.initial_state(self.config, self.setup, self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])
@@ -274,5 +274,5 @@ class _Trainer:
       logging.info("Trained steps %d..%d in %.1f s; workdir %s", self.start, last,
                    time.perf_counter() - t0, self.workdir.path)
     if jax.process_index() == 0 and metrics_lib.rows(self.workdir.metrics):
-      curves.save_curves([self.workdir.path], self.workdir.curves)
+      learning_curves.save_curves([self.workdir.path], self.workdir.curves)
     return eval_metrics

@@ -32,10 +32,10 @@ import jax
 import ml_collections
 from flax import nnx
 
-from mlmjax import checkpoint as checkpoint_lib
+from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax import errors
-from mlmjax import sharding
-from mlmjax import steps
+from mlmjax.parallel import sharding
+from mlmjax.training import steps
 from mlmjax.data import tokenizer as tokenizer_lib
 
 

@@ -33,8 +33,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from mlmjax import sharding
-from mlmjax.hf_rules import Arch, ConversionError, rules
+from mlmjax.parallel import sharding
+from mlmjax.hf.rules import Arch, ConversionError, rules
 
 Params = dict  # nested {name: {...} | np.ndarray}, blocks under "blocks": {0: {...}, 1: ...}
 

@@ -23,9 +23,9 @@ from absl import logging
 import jax
 import numpy as np
 
-from mlmjax import config_check
-from mlmjax import hf_convert
-from mlmjax import sharding
+from mlmjax.training import config_check
+from mlmjax.hf import convert as hf_convert
+from mlmjax.parallel import sharding
 from mlmjax.data import formats
 
 # Names of old TF-converted BERT checkpoints, which transformers renames on load as well.
