@@ -54,7 +54,8 @@ def run_mlmjax(size, steps, dropout):
   sys.path.insert(0, ".")
   import jax  # pylint: disable=g-import-not-at-top
   from configs import bert  # pylint: disable=g-import-not-at-top
-  from mlmjax.parallel import sharding, steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from mlmjax.parallel import sharding  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   s = SIZES[size]
   config = bert.get_config("base")
   config.data.format = "full_sentences"

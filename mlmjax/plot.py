@@ -1,10 +1,10 @@
-"""Draws the training curves of one or more runs, overlaid, into a PNG (learning_curves.py).
+"""Draws the training curves of one or more runs, overlaid, into a PNG (training/learning_curves.py).
 
-  python -m mlmjax.plot --workdir=runs/a [runs/b ...] [--out=learning_curves.png]
+  python -m mlmjax.plot --workdir=runs/a [runs/b ...] [--out=curves.png]
 
 Panels: train and held-out loss, accuracy (and a fine-tuning run's dev metrics), learning rate,
-tokens/s. One run's picture goes to WORKDIR/learning_curves.png by default, several runs' to
-./learning_curves.png; the path written is printed.
+tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs' to
+./curves.png; the path written is printed.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from mlmjax.training import workdir as workdir_lib
 _WORKDIR = flags.DEFINE_multi_string(
     "workdir", None, "A run's workdir (pretraining or fine-tuning); more runs may follow as"
     " arguments (--workdir=a b c) or as repeated flags.")
-_OUT = flags.DEFINE_string("out", None, "The PNG to write (default: WORKDIR/learning_curves.png for one"
-                           " run, learning_curves.png here for several).")
+_OUT = flags.DEFINE_string("out", None, "The PNG to write (default: WORKDIR/curves.png for one"
+                           " run, curves.png here for several).")
 
 
 def main(argv):
@@ -29,7 +29,7 @@ def main(argv):
   if not workdirs:
     raise app.UsageError("give at least one --workdir")
   out = _OUT.value or (workdir_lib.Workdir(workdirs[0]).curves if len(workdirs) == 1
-                       else "learning_curves.png")
+                       else "curves.png")
   with errors.reported_in_one_line():
     print(learning_curves.save_curves(workdirs, out))
 

@@ -7,7 +7,7 @@ import pytest
 
 from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax.training import optimizer
+from mlmjax.training import optimizer as optim
 from mlmjax.parallel import sharding
 from mlmjax.training import steps
 from test_sharding import (VOCAB, collectives_in, init_state, losses_of, small_config,
@@ -26,7 +26,7 @@ def _updates(optimizer, grads_fn, steps=2):
   config = small_config()
   config.train.optimizer = optimizer
   config.train.learning_rate = 1e-2
-  tx = optimizer.make_optimizer(config.train)
+  tx = optim.make_optimizer(config.train)
   params = _toy_params()
   state = tx.init(params)
   for step in range(steps):
@@ -52,7 +52,7 @@ def test_lamb_moves_each_matrix_by_learning_rate_times_its_norm():
                         {"dense": {"kernel": 1e-3, "bias": 1e3}, "norm": {"scale": 1.0}})
   params, lamb, _, train_config = _updates("lamb", grads)
   _, adamw, _, _ = _updates("adamw", grads)
-  lr = float(optimizer.learning_rate_schedule(train_config)(1))
+  lr = float(optim.learning_rate_schedule(train_config)(1))
   kernel = params["dense"]["kernel"]
   np.testing.assert_allclose(np.linalg.norm(lamb["dense"]["kernel"]),
                              lr * np.linalg.norm(kernel), rtol=1e-5)
@@ -70,12 +70,12 @@ def test_the_schedule_follows_the_step_through_skipped_updates():
   config = small_config()
   config.train.update(learning_rate=1e-2, warmup_steps=4, weight_decay=0.0, adam_b1=0.0,
                       adam_b2=0.0, adam_eps=1e-9)
-  tx = optimizer.make_optimizer(config.train)
+  tx = optim.make_optimizer(config.train)
   params = _toy_params()
   state = tx.init(params)
   ones = jax.tree.map(jnp.ones_like, params)
   nan = jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), params)
-  schedule = optimizer.learning_rate_schedule(config.train)
+  schedule = optim.learning_rate_schedule(config.train)
   for step, grads in enumerate([ones, nan, ones, ones]):
     updates, state = tx.update(grads, state, params, step=step)
     want = 0.0 if step == 1 else -float(schedule(step))
@@ -101,7 +101,7 @@ def test_nonfinite_gradients_change_nothing(optimizer):
   config = small_config()
   config.train.optimizer = optimizer
   config.train.learning_rate = 1e-2
-  tx = optimizer.make_optimizer(config.train)
+  tx = optim.make_optimizer(config.train)
   nan = jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), _toy_params())
   updates, after = tx.update(nan, before, _toy_params(), step=1)
   assert all(not np.any(u) for u in jax.tree.leaves(updates))

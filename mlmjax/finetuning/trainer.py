@@ -2,7 +2,7 @@
 
     pretrained run (config, tokenizer, checkpoint) + task examples -> encoded rows -> mesh +
     sharded classifier state (encoder from the checkpoint, or random) -> restore? -> loop:
-    train step, [dev scores after every epoch], [checkpoint] -> results.json, learning_curves.png
+    train step, [dev scores after every epoch], [checkpoint] -> results.json, curves.png
 
 It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
 (sharding.py), the sharded state and optimizer (steps.make_setup, optim.py), orbax checkpoints
