@@ -32,11 +32,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong-import-position
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def arm_config(arm: str):

@@ -55,6 +55,7 @@ def run_mlmjax(size, steps, dropout):
   import jax  # pylint: disable=g-import-not-at-top
   from configs import bert  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import sharding  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import train_state  # pylint: disable=g-import-not-at-top
   from mlmjax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
   s = SIZES[size]
   config = bert.get_config("base")
@@ -66,8 +67,8 @@ def run_mlmjax(size, steps, dropout):
   config.masking.max_predictions_per_seq = PREDICTIONS
   config.mesh.shape = (1, 1, 1)
   mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  setup = steps_lib.make_setup(config, VOCAB, mesh)
-  train_step = steps_lib.make_train_step(setup, config)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  train_step = steps_lib.make_pretrain_step(setup, config)
   ids, positions, targets = _batch(s["batch"])
   batch = sharding.to_device({
       "input_ids": ids, "segment_ids": np.ones_like(ids),

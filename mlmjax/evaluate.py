@@ -19,15 +19,16 @@ from absl import flags
 from absl import logging
 import ml_collections
 
-from mlmjax.training import config_check
 from mlmjax import errors
+from mlmjax.data import run_input as input_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import config_check
+from mlmjax.training import finished_run
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases as phases_lib
-from mlmjax.parallel import sharding
 from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.data import run_input as input_lib
 
 # What runs saved before config.eval existed are scored at (configs/base.py).
 DEFAULT_MASK_RATE = 0.15
@@ -57,7 +58,7 @@ def evaluate(path: str, source: str = "", step: int | None = None,
              mask_rate: float | None = None, batches: int | None = None) -> dict:
   """The metrics of checkpoint `step` (default: the latest) of the run in `path`."""
   run_dir = workdir_lib.Workdir(path)
-  run = workdir_lib.load_run(path, step, _mesh(run_dir.load_config()))
+  run = finished_run.load(path, step, _mesh(run_dir.load_config()))
   config = run.config
   if "eval" not in config:
     config.eval = ml_collections.ConfigDict({"mask_rate": DEFAULT_MASK_RATE})
@@ -70,7 +71,7 @@ def evaluate(path: str, source: str = "", step: int | None = None,
                                        run_dir.vocab_stats, source)
   # The shapes of the run's last phase: what its final evaluation used.
   phase_config = phases_lib.phase_config(config, phases_lib.plan(config)[-1])
-  out = train.evaluate(steps.make_eval_step(run.setup), run.state["params"], run_input,
+  out = train.heldout_metrics(steps.make_eval_step(run.setup), run.state["params"], run_input,
                        phase_config, run.setup.mesh)
   return {"workdir": path, "step": run.step, "source": source or config.data.source,
           "documents": len(run_input.eval_source), "mask_rate": config.eval.mask_rate,

@@ -20,6 +20,7 @@ from absl import flags
 from mlmjax import errors
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import exporter
+from mlmjax.training import finished_run
 from mlmjax.training import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
@@ -38,7 +39,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   with errors.reported_in_one_line():
-    run = exporter.export(_WORKDIR.value, _OUT.value, _STEP.value)
+    run = finished_run.load(_WORKDIR.value, _STEP.value)
+    exporter.export(run, _OUT.value)
     kind = _FAMILY_NAMES[hf_convert.export_arch(run.config).model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")

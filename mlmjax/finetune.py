@@ -21,13 +21,13 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from mlmjax.parallel import distributed
 from mlmjax import errors
-from mlmjax.training import metrics
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
+from mlmjax.parallel import distributed
+from mlmjax.training import metrics
+from mlmjax.training import workdir as workdir_lib
 
 _CONFIG = config_flags.DEFINE_config_dict("config", finetune_config.get_config(),
                                           "Fine-tuning settings (--config.train.epochs=2 ...).")

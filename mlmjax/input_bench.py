@@ -10,7 +10,7 @@ size and `data.worker_count` (0: one process; then also `tokens_per_cpu_sec`, pe
 this process's CPU time, which other load on a shared machine does not change). `--raw_too`
 with prepared data measures the text it was prepared from as well, with the same tokenizer:
 the cost of tokenizing every epoch.
-The measuring itself is in data/throughput.py (the benchmark command uses it too).
+The measuring itself is in training/benchmark.py (the benchmark command uses it too).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from mlmjax.training import benchmark
 from mlmjax.training import config_check
-from mlmjax.data import throughput
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _SECONDS = flags.DEFINE_float("seconds", 5.0, "Measured time, after one warm-up batch.")
@@ -33,9 +33,9 @@ def main(argv):
   del argv
   config = _CONFIG.value
   config_check.check(config)
-  raw = throughput.raw_text_config(config) if _RAW_TOO.value else None
+  raw = benchmark.raw_text_config(config) if _RAW_TOO.value else None
   for c in [config] + ([raw] if raw is not None else []):
-    print(json.dumps(throughput.input_throughput(c, _SECONDS.value)), flush=True)
+    print(json.dumps(benchmark.input_throughput(c, _SECONDS.value)), flush=True)
 
 
 if __name__ == "__main__":

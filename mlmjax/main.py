@@ -12,8 +12,8 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
-from mlmjax.parallel import distributed
 from mlmjax import errors
+from mlmjax.parallel import distributed
 from mlmjax.training import metrics
 from mlmjax.training import train
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from absl import app
 from absl import flags
 
-from mlmjax.training import learning_curves
 from mlmjax import errors
+from mlmjax.training import learning_curves
 from mlmjax.training import workdir as workdir_lib
 
 _WORKDIR = flags.DEFINE_multi_string(

@@ -15,9 +15,9 @@ import jax
 import numpy as np
 
 from mlmjax import errors
+from mlmjax.models import special_ids
+from mlmjax.training import finished_run
 from mlmjax.training import metrics
-from mlmjax.training import workdir as workdir_lib
-from mlmjax.data import tokenizer as tokenizer_lib
 
 MASK_TEXT = "[MASK]"
 
@@ -29,20 +29,20 @@ class Predictor:
   """The trained model of `workdir`, loaded once on one device."""
 
   def __init__(self, workdir: str):
-    run = workdir_lib.load_run(workdir)
+    run = finished_run.load(workdir)
     self.config, self.tok, self.step = run.config, run.tokenizer, run.step
     self.forward = run.forward
 
   def encode(self, text: str) -> list[int]:
     """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""
     parts = text.split(MASK_TEXT)
-    ids = [tokenizer_lib.CLS_ID]
+    ids = [special_ids.CLS_ID]
     for i, part in enumerate(parts):
       if part.strip():
         ids += self.tok.encode([part.strip()])[0]
       if i < len(parts) - 1:
-        ids.append(tokenizer_lib.MASK_ID)
-    return ids + [tokenizer_lib.SEP_ID]
+        ids.append(special_ids.MASK_ID)
+    return ids + [special_ids.SEP_ID]
 
   def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """Per [MASK] in `text`, the top-k (piece, probability) fills."""
@@ -50,7 +50,7 @@ class Predictor:
     limit = self.config.model.max_position_embeddings
     if len(ids) > limit:
       raise errors.UserError(f"text is {len(ids)} tokens; this model takes at most {limit}")
-    positions = [i for i, t in enumerate(ids) if t == tokenizer_lib.MASK_ID]
+    positions = [i for i, t in enumerate(ids) if t == special_ids.MASK_ID]
     if not positions:
       raise errors.UserError(f"no {MASK_TEXT} in {text!r}")
     n = len(ids)

@@ -21,9 +21,9 @@ from absl import flags
 from absl import logging
 
 from mlmjax import errors
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.training import workdir as workdir_lib
 
 _OUTPUT = flags.DEFINE_string("output", None, "train: where to write the model.")
 _SOURCE = flags.DEFINE_string("source", "builtin", "train: the text (as config.data.source).")

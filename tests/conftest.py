@@ -93,8 +93,8 @@ def saved_state(workdir, step=None):
   from the run's own config.json."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  return jax.tree.map(np.asarray, workdir_lib.load_run(workdir, step).state)
+  from mlmjax.training import finished_run  # pylint: disable=g-import-not-at-top
+  return jax.tree.map(np.asarray, finished_run.load(workdir, step).state)
 
 
 def latest_step(workdir):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from configs import base
+from mlmjax import errors
 from mlmjax.models import attention
 from mlmjax.training import config_check
-from mlmjax import errors
 
 B, T, N, H = 2, 128, 2, 16
 

@@ -8,10 +8,10 @@ import orbax.checkpoint as ocp
 import pytest
 
 from conftest import latest_step
-from mlmjax.training import checkpoint
 from mlmjax import errors
-from mlmjax.training import train
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.training import checkpoint
+from mlmjax.training import train
 
 
 def _snapshot(workdir):

@@ -4,8 +4,8 @@ import pytest
 
 from configs import base
 from configs import tiny
-from mlmjax.training import config_check
 from mlmjax import errors
+from mlmjax.training import config_check
 from mlmjax.training import train
 
 

@@ -11,13 +11,13 @@ from flax import nnx
 
 from configs import electra as electra_config
 from conftest import saved_state
+from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning import tasks
+from mlmjax.finetuning import trainer
 from mlmjax.models import electra
 from mlmjax.training import losses
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.finetuning import config as finetune_config
-from mlmjax.finetuning import tasks
-from mlmjax.finetuning import trainer
 from test_sharding import synthetic_batches
 
 

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 
 from conftest import saved_state
-from mlmjax.parallel import sharding
-from mlmjax.training import train
-from mlmjax.training import steps
-from mlmjax.data.masking import masker as masker_lib
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.masking import masker as masker_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import loop
+from mlmjax.training import steps
+from mlmjax.training import train
+from mlmjax.training import train_state
 
 
 @pytest.fixture
@@ -34,8 +36,8 @@ def nan_at_step(monkeypatch):
 def test_nonfinite_step_changes_nothing(micro_config, corpus, make_masker):
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
   mesh = sharding.make_mesh(micro_config.mesh)
-  setup = steps.make_setup(micro_config, tok.vocab_size, mesh)
-  step = steps.make_train_step(setup, micro_config)
+  setup = train_state.make_setup(micro_config, tok.vocab_size, mesh)
+  step = steps.make_pretrain_step(setup, micro_config)
   batch = next(pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config)))
   state = setup.init_fn()
   before = jax.tree.map(np.asarray, state)
@@ -65,7 +67,7 @@ def test_stop_policy_names_the_step_and_saves_nothing_after_it(tmp_path, micro_c
   micro_config.train.nonfinite_policy = "stop"
   micro_config.train.checkpoint_every_steps = 2
   nan_at_step(4)
-  with pytest.raises(train.NonFiniteError) as e:
+  with pytest.raises(loop.NonFiniteError) as e:
     train.train_and_evaluate(micro_config, str(tmp_path))
   assert str(e.value) == (
       "step 5: non-finite loss or gradients; the update was not applied and nothing after the"

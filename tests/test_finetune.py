@@ -11,16 +11,19 @@ import pytest
 
 from configs import tiny
 from conftest import REPO, user_env
-from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
+from mlmjax.models import special_ids
+from mlmjax.training import config_check
+from mlmjax.training import loop
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -75,6 +78,32 @@ def test_finetune_on_8_devices_from_the_checkpoint_and_from_random_init(pretrain
     trainer.finetune(_finetune_config(), pretrained, data, out.path, random_init=True)
 
 
+@pytest.mark.parametrize("policy,message", [
+    ("skip", "step 4: 4 non-finite steps in a row (more than train.max_consecutive_skips=3);"
+             " stopping"),
+    ("stop", "step 1: non-finite loss or gradients; the update was not applied and nothing"
+             " after the last checkpoint was saved (lower train.learning_rate, or set"
+             " train.nonfinite_policy='skip')")])
+def test_finetune_stops_on_nonfinite_steps_as_pretraining_does(pretrained, tmp_path,
+                                                                monkeypatch, policy, message):
+  """Every training batch is poisoned (NaN example weights): the shared non-finite policy
+  stops the run after train.max_consecutive_skips skipped steps, or at once with 'stop'."""
+  encode = examples_lib.encode
+
+  def poisoned(examples, tok, seq_len, split):
+    rows = encode(examples, tok, seq_len, split)
+    if split == "train":
+      rows["weights"] = np.full_like(rows["weights"], np.nan)
+    return rows
+  monkeypatch.setattr(examples_lib, "encode", poisoned)
+  config = _finetune_config(nonfinite_policy=policy, max_consecutive_skips=3,
+                            checkpoint_every_steps=2)
+  with pytest.raises(loop.NonFiniteError) as e:
+    trainer.finetune(config, pretrained, tasks.load("kjv_testament"), str(tmp_path / "out"))
+  assert str(e.value) == message
+  assert not os.path.exists(tmp_path / "out" / "checkpoints" / "4")  # the step that stopped
+
+
 def test_held_out_metrics_are_at_the_eval_mask_rate(pretrained):
   """Training masked 30%; held-out batches mask eval.mask_rate (15%) of the maskable tokens."""
   run = workdir_lib.Workdir(pretrained)
@@ -86,7 +115,7 @@ def test_held_out_metrics_are_at_the_eval_mask_rate(pretrained):
   masked = maskable = 0
   for batch in run_input.eval_batches(config):
     masked += batch["masked_weights"].sum()
-    specials = (tokenizer_lib.CLS_ID, tokenizer_lib.SEP_ID)  # ([MASK] inputs were maskable)
+    specials = (special_ids.CLS_ID, special_ids.SEP_ID)  # ([MASK] inputs were maskable)
     maskable += ((batch["segment_ids"] > 0) & ~np.isin(batch["input_ids"], specials)).sum()
   assert 0.14 < masked / maskable < 0.16, masked / maskable
   config.eval.mask_rate = 1.0

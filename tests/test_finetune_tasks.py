@@ -16,6 +16,7 @@ from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
 from mlmjax.finetuning import kjv_tasks
 from mlmjax.finetuning import tasks
+from mlmjax.models import special_ids
 
 
 def test_glue_metrics_against_their_definitions():
@@ -91,13 +92,13 @@ def test_encode_truncates_the_longer_text_first(tokenizer_path):
   rows = examples_lib.encode(examples_lib.Examples([(a, b), (b,) * 2], np.array([1, 0])),
                              tok, 12, "test")
   ids_a, ids_b = tok.encode([a, b])
-  cls, sep = tokenizer_lib.CLS_ID, tokenizer_lib.SEP_ID
+  cls, sep = special_ids.CLS_ID, special_ids.SEP_ID
   assert rows["input_ids"][0].tolist() == [cls, *ids_a[:12 - 3 - len(ids_b)], sep, *ids_b, sep]
   assert rows["token_type_ids"][0].tolist() == [0] * (12 - 1 - len(ids_b)) + [1] * (
       len(ids_b) + 1)
   n = 3 + 2 * len(ids_b)
   assert rows["segment_ids"][1].tolist() == [1] * n + [0] * (12 - n)
-  assert rows["input_ids"][1, n:].tolist() == [tokenizer_lib.PAD_ID] * (12 - n)
+  assert rows["input_ids"][1, n:].tolist() == [special_ids.PAD_ID] * (12 - n)
 
 
 def _raises(message):

@@ -13,10 +13,10 @@ from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
 from configs import base
+from mlmjax.data import hf_tokenizer
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import importer
 from mlmjax.models import bert as model_lib
-from mlmjax.data import hf_tokenizer
 
 V, T = 40, 12
 # HF ids of [PAD] [UNK] [CLS] [SEP] [MASK] in the test vocabularies: none at its mlmjax id.

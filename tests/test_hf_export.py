@@ -14,14 +14,15 @@ import transformers
 
 from configs import tiny
 from conftest import REPO, user_env
-from mlmjax.training import config_check
-from mlmjax.hf import exporter
-from mlmjax.hf import importer
 from mlmjax import predict
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import run_input as input_lib
 from mlmjax.data import sentences
+from mlmjax.hf import exporter
+from mlmjax.hf import importer
+from mlmjax.training import config_check
+from mlmjax.training import finished_run
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
 
 transformers.logging.set_verbosity_error()
 
@@ -90,7 +91,7 @@ def tiny_export(tiny_run, tmp_path_factory):
 @pytest.fixture(scope="module")
 def bert_export(bert_run, tmp_path_factory):
   out = str(tmp_path_factory.mktemp("exports") / "bert")
-  exporter.export(bert_run, out)
+  exporter.export(finished_run.load(bert_run), out)
   return out
 
 
@@ -148,7 +149,7 @@ def test_transformers_computes_the_same_logits_as_mlmjax(which, tiny_run, tiny_e
                                                          bert_run, bert_export):
   """A padded batch of texts through AutoModelForMaskedLM and through mlmjax, in float32."""
   workdir, out = (tiny_run, tiny_export) if which == "tiny" else (bert_run, bert_export)
-  run = workdir_lib.load_run(workdir)
+  run = finished_run.load(workdir)
   config = json.load(open(os.path.join(out, "config.json")))
   assert config["architectures"] == (["RoFormerForMaskedLM"] if which == "tiny"
                                      else ["BertForPreTraining"])
@@ -298,7 +299,7 @@ def test_checkpoint_made_by_transformers_imports_and_trains(make, tmp_path, corp
   assert [r["step"] for r in rows] == [1, 2, 3, 4]
   assert np.isfinite([r["loss"] for r in rows]).all()
 
-  tok = workdir_lib.load_run(workdir).tokenizer
+  tok = finished_run.load(workdir).tokenizer
   hf_tok = transformers.AutoTokenizer.from_pretrained(folder)
   assert tok.kind == "huggingface"
   assert list(tok.vocab_to_hf[:5]) == hf_tok.convert_tokens_to_ids(specials)
@@ -314,7 +315,8 @@ def test_checkpoint_made_by_transformers_imports_and_trains(make, tmp_path, corp
   assert rows[0]["loss"] == pytest.approx(expected["loss"], abs=1e-4)
 
   out = str(tmp_path / "export")
-  run = exporter.export(workdir, out)
+  run = finished_run.load(workdir)
+  exporter.export(run, out)
   assert exporter.verify(run, out) <= 1e-4
   assert open(os.path.join(out, "tokenizer.json")).read() == open(
       os.path.join(folder, "tokenizer.json")).read()
@@ -336,7 +338,7 @@ def test_bad_init_from_and_export_targets_fail_with_one_clear_line(tmp_path, ber
   with pytest.raises(config_check.ConfigError, match="leave tokenizer.path empty"):
     importer.configure(config)
   with pytest.raises(exporter.ExportError, match="exists and is not an empty folder"):
-    exporter.export(bert_run, bert_export)
+    exporter.export(finished_run.load(bert_run), bert_export)
 
 
 @pytest.mark.parametrize("kind", ["modernbert", "electra"])
@@ -358,7 +360,8 @@ def test_modern_block_and_electra_export_with_logit_parity(kind, tokenizer_path,
     config.model.update(position_embedding_type="learned", embedding_size=16)
   workdir, out = str(tmp_path / "run"), str(tmp_path / "hf")
   train.train_and_evaluate(config, workdir)
-  run = exporter.export(workdir, out)
+  run = finished_run.load(workdir)
+  exporter.export(run, out)
   assert json.load(open(os.path.join(out, "config.json")))["model_type"] == kind
   # A long text: the sliding window (4 tokens each side) really cuts the local layers' view.
   text = " ".join(TEXTS)

@@ -3,8 +3,8 @@
 import jax.numpy as jnp
 import numpy as np
 
-from mlmjax.training import losses
 from mlmjax.data import tokenizer as tok
+from mlmjax.training import losses
 
 
 def test_sums_and_mask_token_accuracy():

@@ -7,8 +7,8 @@ import pytest
 from flax import nnx
 
 from mlmjax.models import attention as attention_lib
-from mlmjax.models import layers
 from mlmjax.models import bert as model_lib
+from mlmjax.models import layers
 
 
 def _model(micro_config, vocab=512):

@@ -5,11 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax.training import optimizer as optim
 from mlmjax.parallel import sharding
+from mlmjax.training import config_check
+from mlmjax.training import optimizer as optim
 from mlmjax.training import steps
+from mlmjax.training import train_state
 from test_sharding import (VOCAB, collectives_in, init_state, losses_of, small_config,
                            synthetic_batches, train)
 
@@ -144,9 +145,9 @@ def test_micro_batches_stay_on_their_devices():
   config = small_config((8, 1, 1))
   config.train.grad_accum_steps = 2
   mesh = sharding.make_mesh(config.mesh)
-  setup = steps.make_setup(config, VOCAB, mesh)
+  setup = train_state.make_setup(config, VOCAB, mesh)
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
            for k, v in synthetic_batches(1)[0].items()}
-  hlo = steps.make_train_step(setup, config).lower(setup.abstract_state, batch).compile()
+  hlo = steps.make_pretrain_step(setup, config).lower(setup.abstract_state, batch).compile()
   assert set(collectives_in(hlo.as_text())) == {"all-reduce"}

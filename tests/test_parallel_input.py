@@ -5,12 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from mlmjax.training import masking_feedback
-from mlmjax.parallel import sharding
 from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data import prefetch
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import masking_feedback
 
 MIXTURE = "random=0.2,whole_word=0.2,span=0.2,entity=0.2,frequency=0.2"
 

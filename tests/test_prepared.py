@@ -17,13 +17,13 @@ from configs import tiny
 from conftest import REPO, saved_state, user_env
 from mlmjax import errors
 from mlmjax import prepare
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import formats
-from mlmjax.data import run_input as input_lib
 from mlmjax.data import pipeline
 from mlmjax.data import prepared
+from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
 
 NUM_FILES = 8
 

@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 from configs import base
-from mlmjax.training import checkpoint
-from mlmjax.training import config_check
 from mlmjax import errors
-from mlmjax.parallel import sharding
-from mlmjax.training import steps
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.models import param_names
+from mlmjax.parallel import sharding
+from mlmjax.training import checkpoint
+from mlmjax.training import config_check
+from mlmjax.training import steps
+from mlmjax.training import train_state
 
 VOCAB = 512
 
@@ -80,8 +82,8 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
   """(per-step metrics, final state as numpy) of training on `batches`, from `init` (a numpy
   state, put on this mesh; saves compiling the initialiser) or from the mesh's own init."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = steps.make_setup(config, VOCAB, mesh)
-  step = steps.make_train_step(setup, config, per_token_loss=per_token_loss)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  step = steps.make_pretrain_step(setup, config, per_token_loss=per_token_loss)
   state = setup.init_fn() if init is None else jax.device_put(init, setup.state_shardings)
   metrics = []
   for b in batches:
@@ -93,7 +95,7 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
 def init_state(config, devices=None):
   """The initial state as numpy, and the shardings it had on its mesh."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = steps.make_setup(config, VOCAB, mesh)
+  setup = train_state.make_setup(config, VOCAB, mesh)
   state = setup.init_fn()
   return jax.tree.map(np.asarray, state), jax.tree.map(lambda x: x.sharding, state)
 
@@ -109,7 +111,7 @@ def losses_of(metrics):
 def test_rules_shard_parameters_and_optimizer_state(optimizer):
   config = small_config((2, 2, 2))
   config.train.optimizer = optimizer
-  setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+  setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
   params = setup.state_shardings["params"]
   block = params["blocks"][0]
   P = jax.sharding.PartitionSpec
@@ -141,14 +143,14 @@ def test_rules_shard_parameters_and_optimizer_state(optimizer):
 
 
 def _key(path):
-  return sharding.param_name(sharding.path_keys(path))
+  return param_names.param_name(param_names.path_keys(path))
 
 
 def test_indivisible_dimension_is_replicated_with_a_warning(caplog):
   config = small_config((1, 1, 8))
   config.model.num_heads = 4  # 4 heads cannot be split 8 ways; MLP 128 and vocab 512 can
   with caplog.at_level(logging.WARNING):
-    setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
   qkv = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]
   assert qkv.spec == jax.sharding.PartitionSpec(None, "fsdp", None, None)
   mlp = setup.state_shardings["params"]["blocks"][0]["mlp_in"]["kernel"]
@@ -195,7 +197,7 @@ def test_every_mesh_trains_like_one_device():
     config.mesh.shape = shape
     if shape == (2, 2, 2):  # the sharded initialiser creates the very same numbers, sharded
       mesh_init, shardings = init_state(config)
-      assert shardings == steps.make_setup(
+      assert shardings == train_state.make_setup(
           config, VOCAB, sharding.make_mesh(config.mesh)).state_shardings
       for x, y in zip(jax.tree.leaves(mesh_init), jax.tree.leaves(init)):
         np.testing.assert_array_equal(x, y)
@@ -214,7 +216,7 @@ def test_eval_step_on_a_sharded_mesh_matches_one_device():
   for devices in (jax.devices()[:1], jax.devices()):
     config.mesh.shape = (-1, 1, 1) if len(devices) == 1 else (2, 2, 2)
     mesh = sharding.make_mesh(config.mesh, devices)
-    setup = steps.make_setup(config, VOCAB, mesh)
+    setup = train_state.make_setup(config, VOCAB, mesh)
     params = jax.device_put(init["params"], setup.state_shardings["params"])
     out = steps.make_eval_step(setup)(params, sharding.to_device(batch, mesh))
     sums.append(jax.tree.map(np.asarray, out))
@@ -228,7 +230,7 @@ def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, ma
   config.tokenizer.path = tokenizer_path
   _, saved = train(config, synthetic_batches(2))  # a state with non-trivial Adam moments
   mesh = sharding.make_mesh(config.mesh)
-  setup = steps.make_setup(config, VOCAB, mesh)
+  setup = train_state.make_setup(config, VOCAB, mesh)
   data = pipeline.make_train_iter(config, tok_lib.Tokenizer.load(tokenizer_path), corpus[0],
                                   make_masker(config))
   ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
@@ -236,7 +238,7 @@ def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, ma
   ckpt.close()
   for shape, devices in [((1, 8, 1), 8), ((2, 2, 2), 8), ((1, 2, 1), 2), ((1, 1, 1), 1)]:
     config.mesh.shape = shape
-    target = steps.make_setup(config, VOCAB,
+    target = train_state.make_setup(config, VOCAB,
                               sharding.make_mesh(config.mesh, jax.devices()[:devices]))
     ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
     restored = ckpt.restore(2, target.abstract_state).state
@@ -260,8 +262,8 @@ def _compiled_step(mesh_shape):
   """(setup, compiled train step) of small_config on `mesh_shape`; compiled once per session."""
   config = small_config(mesh_shape)
   mesh = sharding.make_mesh(config.mesh)
-  setup = steps.make_setup(config, VOCAB, mesh)
-  step = steps.make_train_step(setup, config)
+  setup = train_state.make_setup(config, VOCAB, mesh)
+  step = steps.make_pretrain_step(setup, config)
   batch = _abstract_batch(mesh, synthetic_batches(1)[0])
   return setup, step.lower(setup.abstract_state, batch).compile()
 
@@ -310,7 +312,7 @@ def test_data_parallel_step_reduces_gradients_once():
 
 def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
   """FSDP over 8 devices: each fsdp-sharded weight is all-gathered for compute (see
-  steps.Setup.forward): embeddings and heads once, a block's weights as the block runs and
+  train_state.Setup.forward): embeddings and heads once, a block's weights as the block runs and
   again in the backward pass (instead of keeping every layer's gathered copy alive); each
   gradient is reduced once; activations stay on their device (no all-to-all or permutes,
   which GSPMD picks without the compute constraint).
@@ -346,7 +348,7 @@ def test_fsdp_shards_parameter_and_optimizer_memory():
   per_device = {}
   for fsdp in (1, 2, 4, 8):
     config = small_config((8 // fsdp, fsdp, 1))
-    setup = steps.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
+    setup = train_state.make_setup(config, VOCAB, sharding.make_mesh(config.mesh))
     state = setup.abstract_state
     per_device[fsdp] = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
                            for x in jax.tree.leaves((state["params"], state["opt_state"])))
@@ -364,14 +366,14 @@ def _compiled_memory(config, vocab=30522):
   """Bytes per device of the compiled train step (arguments + outputs + temporaries, less the
   donated state counted twice), from XLA's own buffer assignment."""
   mesh = sharding.make_mesh(config.mesh)
-  setup = steps.make_setup(config, vocab, mesh)
+  setup = train_state.make_setup(config, vocab, mesh)
   b, t, p = config.train.batch_size, config.data.seq_len, config.masking.max_predictions_per_seq
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct((b, t), np.int32, sharding=s)
            for k in ("input_ids", "segment_ids", "positions", "token_type_ids")}
   batch.update({k: jax.ShapeDtypeStruct((b, p), d, sharding=s) for k, d in (
       ("masked_positions", np.int32), ("masked_ids", np.int32), ("masked_weights", np.float32))})
-  m = steps.make_train_step(setup, config).lower(setup.abstract_state, batch).compile()
+  m = steps.make_pretrain_step(setup, config).lower(setup.abstract_state, batch).compile()
   m = m.memory_analysis()
   return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
           - m.alias_size_in_bytes)

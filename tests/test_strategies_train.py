@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from conftest import saved_state
-from mlmjax.training import train
 from mlmjax.data import formats
+from mlmjax.training import train
 
 # Each strategy once, each format at least once.
 CASES = [

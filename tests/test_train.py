@@ -11,13 +11,14 @@ import pytest
 
 from configs import tiny
 from conftest import saved_state
-from mlmjax.training import checkpoint
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.parallel import sharding
-from mlmjax.training import train
-from mlmjax.training import steps
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.parallel import sharding
+from mlmjax.training import checkpoint
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import steps
+from mlmjax.training import train
+from mlmjax.training import train_state
 
 
 def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
@@ -68,8 +69,8 @@ def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, mak
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(micro_config.mesh, devices)
     assert mesh.shape["data"] == len(devices)
-    setup = steps.make_setup(micro_config, tok.vocab_size, mesh)
-    step = steps.make_train_step(setup, micro_config)
+    setup = train_state.make_setup(micro_config, tok.vocab_size, mesh)
+    step = steps.make_pretrain_step(setup, micro_config)
     state = setup.init_fn()
     losses = []
     for b in batches:

@@ -1,0 +1,15 @@
+"""The input: text in, masked fixed-shape batches out, all on the host.
+
+  sources.py, text_files.py  documents from the built-in corpus, local files, tfds
+  prepared.py                ArrayRecord data tokenized once (python -m mlmjax.prepare)
+  tokenizer.py               sentencepiece (trained or loaded); hf_tokenizer.py: Hugging Face's
+  vocab_stats.py             per-id tables the masking strategies read
+  sentences.py, documents.py sentence splitting; tokenized documents
+  formats.py, rows.py        units of a row (RoBERTa's formats, NSP/SOP pairs); packing to arrays
+  masking/                   the masking strategies (a mask is a pure function of seed, step, row)
+  shard_walk.py              one data shard walked in windows (in grain workers or not)
+  pipeline.py                a process's batch iterator over its shards, checkpointable
+  prefetch.py                batches put on the device mesh ahead of the step
+  run_input.py               a run's input built in one place (train, held-out, tokenizer, masker)
+Imports parallel/ and models/ (special ids), never training/ or above.
+"""

@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from mlmjax.data import rows as rows_lib
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.models import special_ids
 
 FORMATS = ("full_sentences", "doc_sentences", "segment_pair", "sentence_pair", "sop")
 # Formats whose rows carry a sentence-pair label for the NSP/SOP head.
@@ -41,8 +41,8 @@ PAIR_FORMATS = ("segment_pair", "sentence_pair", "sop")
 # BERT's create_pretraining_data: 10% of segment pairs aim at a shorter random length, so the
 # model also sees short inputs.
 SHORT_SEQ_PROB = 0.1
-_CLS = np.array([tokenizer_lib.CLS_ID], np.int32)
-_SEP = np.array([tokenizer_lib.SEP_ID], np.int32)
+_CLS = np.array([special_ids.CLS_ID], np.int32)
+_SEP = np.array([special_ids.SEP_ID], np.int32)
 
 
 def has_pair_labels(data_format: str) -> bool:

@@ -26,11 +26,11 @@ import grain
 import jax
 import numpy as np
 
-from mlmjax.parallel import distributed
 from mlmjax.data import masking
 from mlmjax.data import shard_walk
 from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
 from mlmjax.errors import DataError
+from mlmjax.parallel import distributed
 
 # Eval masks and negatives come from their own seed so they never coincide with training's.
 _EVAL_SEED_OFFSET = 1_000_003

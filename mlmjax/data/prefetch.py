@@ -18,8 +18,8 @@ import queue
 import threading
 import time
 
-from mlmjax.parallel import sharding
 from mlmjax.data import pipeline
+from mlmjax.parallel import sharding
 
 _POLL_SECONDS = 0.1  # how often a blocked producer checks whether it should stop
 

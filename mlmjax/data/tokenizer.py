@@ -1,7 +1,6 @@
 """SentencePiece tokenizer: train one on the training split, or load a user's `.model`.
 
-Special ids are fixed so every part of mlmjax can rely on them:
-  [PAD]=0  [UNK]=1  [CLS]=2  [SEP]=3  [MASK]=4
+Special ids are fixed (models/special_ids.py) so every part of mlmjax can rely on them.
 [CLS]/[SEP]/[MASK] are control symbols: sentencepiece never produces them from raw text, so a
 literal "[MASK]" typed into a document is just text. A user-supplied model must use the same ids.
 
@@ -22,10 +21,8 @@ import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
+from mlmjax.models import special_ids
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
-NUM_SPECIAL = 5  # ids below this are never masked, predicted as random replacements, etc.
-_SPECIAL_PIECES = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 class TokenizerError(errors.UserError):
@@ -41,10 +38,10 @@ class Tokenizer:
     self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
     self.model_proto = model_proto
     self.path = path
-    pieces = tuple(self.sp.id_to_piece(i) for i in range(min(NUM_SPECIAL, len(self))))
-    if pieces != _SPECIAL_PIECES:
+    pieces = tuple(self.sp.id_to_piece(i) for i in range(min(special_ids.NUM_SPECIAL, len(self))))
+    if pieces != special_ids.PIECES:
       raise TokenizerError(
-          f"{path}: the first pieces are {pieces}, mlmjax needs {_SPECIAL_PIECES} at ids 0-4"
+          f"{path}: the first pieces are {pieces}, mlmjax needs {special_ids.PIECES} at ids 0-4"
           " (train with pad_id=0, unk_id=1, control_symbols=[CLS],[SEP],[MASK])")
 
   def __len__(self) -> int:
@@ -67,7 +64,7 @@ class Tokenizer:
   def special_mask(self) -> np.ndarray:
     """[V] bool: ids that are not text (specials, control, unknown, unused, byte pieces)."""
     sp = self.sp
-    return np.array([i < NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)
+    return np.array([i < special_ids.NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)
                      or sp.is_byte(i) for i in range(len(self))], bool)
 
   def word_pieces(self) -> list[str]:
@@ -136,9 +133,9 @@ def train_tokenizer(documents: Iterable[str], vocab_size: int, model_type: str,
       # A small corpus may not support the requested size; take what it supports.
       hard_vocab_limit=False,
       character_coverage=0.9995,
-      pad_id=PAD_ID, unk_id=UNK_ID, bos_id=-1, eos_id=-1,
+      pad_id=special_ids.PAD_ID, unk_id=special_ids.UNK_ID, bos_id=-1, eos_id=-1,
       pad_piece="[PAD]", unk_piece="[UNK]",
-      control_symbols=list(_SPECIAL_PIECES[2:]),
+      control_symbols=list(special_ids.PIECES[2:]),
       num_threads=1,  # faster than more threads for unigram on small machines (measured)
       minloglevel=2,
   )

@@ -36,7 +36,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.models import special_ids
 
 _FORMAT_VERSION = 1
 _SPACE = "\u2581"
@@ -115,7 +115,7 @@ def compute(tok, documents: Sequence[str], max_documents: int) -> VocabStats:
     texts = [d.replace("\n", " ") for d in picked[start:start + _ENCODE_BATCH]]
     flat = np.concatenate([np.asarray(ids, np.int64) for ids in tok.encode(texts)] + [[]])
     counts += np.bincount(flat.astype(np.int64), minlength=v)[:v]
-  counts[:tokenizer_lib.NUM_SPECIAL] = 0
+  counts[:special_ids.NUM_SPECIAL] = 0
   return VocabStats(counts=counts, **tables)
 
 

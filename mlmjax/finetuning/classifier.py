@@ -3,12 +3,17 @@
     encoder(batch) [B, T, D] -> [CLS] state [B, D] -> pooler: dense + tanh -> dropout ->
     dense -> [B, K] logits (K classes), or [B, 1] the predicted score (regression)
 
-The encoder is the pretraining model itself (steps.build_model: BERT-style, or ELECTRA, whose
+The encoder is the pretraining model itself (train_state.build_model: BERT-style, or ELECTRA, whose
 `encode` gives the discriminator's states), so its parameters load from a pretraining
 checkpoint as they are. Its pooler exists when it was pretrained with a pair format (NSP/SOP
 heads): then that pretrained pooler is used, as BERT does; otherwise the pooler is new. The
 pretraining heads' parameters come along unused (a few percent of a small model's parameters;
 nothing reads them, so the weight decay that shrinks them changes nothing).
+
+Its loss (`objective`) is the cross-entropy of the class logits (classification) or the squared
+error of the predicted score (regression), averaged over the examples of the global batch whose
+weight is 1 (dev batches are padded to full size with weight-0 rows, so every example counts
+once); the train step is pretraining's (training/steps.py).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mlmjax.models import layers
+from mlmjax.training import losses
+from mlmjax.training import steps
 
 
 class SequenceClassifier(nnx.Module):
@@ -35,7 +42,7 @@ class SequenceClassifier(nnx.Module):
 
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
     """[B, K] float32 outputs; dropout only when `dropout_key` is given (training).
-    `constrain_layer` (steps.Setup.forward's per-layer FSDP gather) names layers by their
+    `constrain_layer` (train_state.Setup.forward's per-layer FSDP gather) names layers by their
     path in this model, so the encoder's are prefixed."""
     keys = (None, None) if dropout_key is None else tuple(jax.random.split(dropout_key))
     nested = constrain_layer and (lambda name, p: constrain_layer(f"encoder/{name}", p))
@@ -48,3 +55,22 @@ class SequenceClassifier(nnx.Module):
     pooler = self.encoder.pooler if self.pretrained_pooler else self.pooler
     pooled_bd = jnp.tanh(pooler(summary_bd))
     return self.classifier(layers.dropout(pooled_bd, self.rate, keys[1])).astype(jnp.float32)
+
+
+def objective(regression: bool) -> steps.Objective:
+  """The classifier's loss for the shared train step."""
+
+  def sums(outputs_bk: jax.Array, batch: dict) -> dict[str, jax.Array]:
+    weights_b, labels_b = batch["weights"], batch["labels"]
+    if regression:
+      losses_b = jnp.square(outputs_bk[:, 0] - labels_b)
+    else:
+      losses_b = losses.cross_entropy(outputs_bk, labels_b)
+    out = {"loss_sum": jnp.sum(losses_b * weights_b), "count": jnp.sum(weights_b)}
+    if not regression:
+      out["correct"] = jnp.sum((jnp.argmax(outputs_bk, axis=-1) == labels_b) * weights_b)
+    return out
+
+  return steps.Objective(
+      global_counts=lambda batch: {"count": jnp.sum(batch["weights"])}, sums=sums,
+      loss=lambda s: s["loss_sum"] / jnp.maximum(s["count"], 1.0))

@@ -48,6 +48,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.adam_eps = 1e-6
   # Gradients are clipped to this global norm.
   config.train.grad_clip_norm = 1.0
+  # A step whose loss or gradients are NaN/Inf changes nothing (the update is skipped). 'skip'
+  # goes on, but stops after more than max_consecutive_skips in a row; 'stop' ends the run at
+  # once with a message naming the step (as in pretraining).
+  config.train.nonfinite_policy = "skip"
+  config.train.max_consecutive_skips = 20
   # Progress line + metrics.jsonl every this many steps; the dev set is scored after every
   # epoch and at the end.
   config.train.log_every_steps = 50

@@ -24,6 +24,7 @@ import numpy as np
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.errors import DataError
+from mlmjax.models import special_ids
 
 
 @dataclasses.dataclass
@@ -157,9 +158,9 @@ def encode(examples: Examples, tok: tokenizer_lib.Tokenizer, seq_len: int,
     pieces = [ids[i] for ids in per_text]
     keep = _truncate([len(p) for p in pieces], seq_len - 1 - num_texts)
     truncated += keep != [len(p) for p in pieces]
-    row, row_types = [tokenizer_lib.CLS_ID], [0]
+    row, row_types = [special_ids.CLS_ID], [0]
     for j, (p, k) in enumerate(zip(pieces, keep)):
-      row += list(p[:k]) + [tokenizer_lib.SEP_ID]
+      row += list(p[:k]) + [special_ids.SEP_ID]
       row_types += [j] * (k + 1)
     input_ids[i, :len(row)], types[i, :len(row)], lengths[i] = row, row_types, len(row)
   if truncated:

@@ -5,8 +5,10 @@
     train step, [dev scores after every epoch], [checkpoint] -> results.json, curves.png
 
 It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
-(sharding.py), the sharded state and optimizer (steps.make_setup, optim.py), orbax checkpoints
-(checkpoint.py), the workdir lock and the metric writers, in its own output folder (a Workdir).
+(parallel/sharding.py), the sharded state and optimizer (training/train_state.py,
+optimizer.py), the train step (training/steps.py) and the step loop (training/loop.py: the
+same preemption path and non-finite policy), orbax checkpoints, the workdir lock and the
+metric writers, in its own output folder (a Workdir).
 The batch of step i is a pure function of (seed, i): a grain MapDataset of example indices,
 shuffled anew every epoch. So a checkpoint's data position is the number of batches consumed,
 and a run stopped anywhere (preemption included) resumes exactly.
@@ -24,22 +26,24 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from mlmjax.training import checkpoint as checkpoint_lib
-from mlmjax.training import config_check
-from mlmjax.training import learning_curves
 from mlmjax import errors
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.parallel import sharding
-from mlmjax.training import steps
-from mlmjax.training import workdir as workdir_lib
-from mlmjax.training import workdir_lock
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import classifier
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
-from mlmjax.finetuning import steps as finetune_steps
 from mlmjax.finetuning import tasks
-
+from mlmjax.parallel import sharding
+from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import config_check
+from mlmjax.training import finished_run
+from mlmjax.training import learning_curves
+from mlmjax.training import loop
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import optimizer
+from mlmjax.training import steps
+from mlmjax.training import train_state
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.training import workdir_lock
 
 def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
              random_init: bool = False, pretrained_step: int | None = None) -> dict:
@@ -68,7 +72,9 @@ class _BatchPosition:
     self.batches = int(state["batches"])
 
 
-class _FineTuner:
+class _FineTuner(loop.StepLoop):
+  """One fine-tuning run; `run()` is the story, the other methods its parts and the loop's
+  hooks."""
 
   def __init__(self, config, pre: workdir_lib.Workdir, pre_config, data: tasks.TaskData,
                out: workdir_lib.Workdir, random_init: bool, pretrained_step: int | None):
@@ -92,25 +98,28 @@ class _FineTuner:
         None).batch(batch_size, drop_remainder=True)
 
     self.mesh = sharding.make_mesh(config.mesh)
-    model_config = ml_collections.ConfigDict(pre_config.model.to_dict())
-    model_config.update(dropout_rate=config.model.dropout_rate,
-                        attention_dropout_rate=config.model.attention_dropout_rate)
-    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())  # the pretraining model,
-    encoder_config.model = model_config  # heads included, so its checkpoint loads as it is
-    self.step_config = ml_collections.ConfigDict({
-        "seed": config.seed, "mesh": {"rules": pre_config.mesh.rules},
-        "model": model_config,  # make_setup's per-layer FSDP shardings follow its scan_layers
-        "train": {**config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
-                  "schedule": "linear", "update_clip_rms": 0.0,  # BERT's fine-tuning optimizer
-                  "warmup_steps": round(config.train.warmup_fraction * self.total)}})
-    self.setup = steps.make_setup(
-        self.step_config, tok.vocab_size, self.mesh,
+    # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
+    # loads as it is; the classifier's pooler and output layer on top.
+    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
+    encoder_config.model.update(dropout_rate=config.model.dropout_rate,
+                                attention_dropout_rate=config.model.attention_dropout_rate)
+    # BERT's fine-tuning optimizer: linear warmup, then linear decay to 0 over the run.
+    self.optimizer_config = ml_collections.ConfigDict({
+        **config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
+        "schedule": "linear", "update_clip_rms": 0.0, "grad_accum_steps": 1,
+        "warmup_steps": round(config.train.warmup_fraction * self.total)})
+    self.setup = train_state.sharded_setup(
         lambda: classifier.SequenceClassifier(
-            steps.build_model(encoder_config, tok.vocab_size, config.seed), model_config,
-            data.num_outputs, nnx.Rngs(params=config.seed + 1), config.model.pooling))
-    self.train_step = finetune_steps.make_train_step(self.setup, self.step_config,
-                                                     data.task.regression)
-    self.eval_step = finetune_steps.make_eval_step(self.setup)
+            train_state.build_model(encoder_config, tok.vocab_size, config.seed),
+            encoder_config.model, data.num_outputs, nnx.Rngs(params=config.seed + 1),
+            config.model.pooling),
+        optimizer.make_optimizer(self.optimizer_config), self.mesh, pre_config.mesh.rules,
+        pre_config.model.scan_layers)
+    self.train_step = steps.make_train_step(self.setup, classifier.objective(
+        data.task.regression), self.optimizer_config, config.seed)
+    self.eval_step = steps.make_eval_step(self.setup, lambda outputs_bk, batch: outputs_bk)
+    self.nonfinite = loop.NonFinitePolicy(config.train)
+    self.checkpoint_every = config.train.checkpoint_every_steps
     self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
     logging.info("Fine-tuning on %s: %d training / %d dev examples, %d steps (%g epochs of"
@@ -136,9 +145,10 @@ class _FineTuner:
     self.run_record["pretrained_step"] = saved.get("pretrained_step")
 
   # ---- state ---------------------------------------------------------------------------------
-  def _initial_state(self) -> tuple[int, steps.State]:
+  def _initial_state(self) -> tuple[int, train_state.State]:
     restored = self.ckpt.restore_latest(self.setup.abstract_state, lambda _: _BatchPosition())
     if restored is not None:
+      self.nonfinite.load(restored.host.get("nonfinite", {"skipped": 0, "consecutive": 0}))
       logging.info("Resumed fine-tuning from checkpoint at step %d in %s", restored.step,
                    self.ckpt.directory)
       return restored.step, restored.state
@@ -146,7 +156,7 @@ class _FineTuner:
     if self.run_record["init"] == "random":
       logging.info("Encoder initialised at random (seed %d), as a baseline", self.config.seed)
       return 0, state
-    run = workdir_lib.load_run(self.pre.path, self.run_record["pretrained_step"], self.mesh)
+    run = finished_run.load(self.pre.path, self.run_record["pretrained_step"], self.mesh)
     state["params"]["encoder"] = jax.device_put(
         run.state["params"], self.setup.state_shardings["params"]["encoder"])
     self.run_record["pretrained_step"] = run.step
@@ -187,78 +197,69 @@ class _FineTuner:
       loss = float(-np.mean(log_probs[np.arange(n), labels]))
     return {"loss": loss, **glue_metrics.compute(self.data.task.metrics, outputs_nk, labels)}
 
-  # ---- the loop ------------------------------------------------------------------------------
+  # ---- the loop's hooks (training/loop.StepLoop) --------------------------------------------
+  def next_batch(self, step: int) -> dict:
+    indices = np.asarray(self.batches[step])
+    return sharding.to_device(self._local(self.train_rows, indices), self.mesh)
+
+  def finish(self, step: int, device_metrics) -> None:
+    m = jax.device_get(device_metrics)  # note: a host-device sync point
+    if not self.nonfinite.applied(step, m["nonfinite"]):
+      return
+    for k in ("loss_sum", "correct", "count"):
+      self.interval[k] = self.interval.get(k, 0.0) + float(m.get(k, 0.0))
+    if step % self.config.train.log_every_steps == 0 or step == self.total:
+      row = {"loss": self.interval["loss_sum"] / self.interval["count"],
+             "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step),
+             **self.throughput.update(step)}
+      if not self.data.task.regression:
+        row["accuracy"] = self.interval["correct"] / self.interval["count"]
+      self.interval.clear()
+      parts = [f"step {step}/{self.total}", f"loss {row['loss']:.4f}",
+               f"lr {row['learning_rate']:.2e}"]
+      parts += [f"acc {row['accuracy']:.4f}"] if "accuracy" in row else []
+      parts += [f"{row['tokens_per_sec']:,.0f} tok/s"] if "tokens_per_sec" in row else []
+      logging.info(" | ".join(parts))
+      self.writer.write(step, row)
+
+  def eval_due(self, step: int) -> bool:
+    return self._epoch_ends(step)
+
+  def evaluate(self, step: int, state) -> None:
+    self.dev = self._evaluate(state["params"])
+    logging.info("dev after epoch %.2f (step %d): %s", self._epoch(step), step,
+                 ", ".join(f"{k} {v:.4f}" for k, v in self.dev.items()))
+    self.writer.write(step, {f"eval/{k}": v for k, v in self.dev.items()})
+    self.throughput.update(step)  # keep dev time out of the next tokens/s
+
+  def save(self, step: int, state) -> None:
+    self.ckpt.save(step, state, _BatchPosition(step), host={"nonfinite": self.nonfinite.state()})
+
+  # ---- the run -------------------------------------------------------------------------------
   def run(self) -> dict:
-    t = self.config.train
     start, state = self._initial_state()
     saved_config = ml_collections.ConfigDict(self.config.to_dict())
     saved_config.run = self.run_record
     self.out.save_config(saved_config)
-    writer = metrics_lib.MetricWriter(self.out.metrics, self.out.tensorboard, resume_step=start)
-    throughput = metrics_lib.Throughput(t.batch_size * self.config.data.seq_len, self.total)
-    interval: dict[str, float] = {}
-    dev = None
+    self.writer = metrics_lib.MetricWriter(self.out.metrics, self.out.tensorboard,
+                                           resume_step=start)
+    self.throughput = metrics_lib.Throughput(self.total)
+    self.throughput.set_shapes(self.config.train.batch_size * self.config.data.seq_len)
+    self.interval: dict[str, float] = {}
+    self.dev = None
     t0 = time.perf_counter()
-
-    def finish(step: int, device_metrics) -> None:
-      m = jax.device_get(device_metrics)  # note: a host-device sync point
-      if m["nonfinite"]:
-        logging.warning("step %d: non-finite loss or gradients; update skipped", step)
-        return
-      for k in ("loss_sum", "correct", "count"):
-        interval[k] = interval.get(k, 0.0) + float(m.get(k, 0.0))
-      if step % t.log_every_steps == 0 or step == self.total:
-        row = {"loss": interval["loss_sum"] / interval["count"],
-               "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step),
-               **throughput.update(step)}
-        if not self.data.task.regression:
-          row["accuracy"] = interval["correct"] / interval["count"]
-        interval.clear()
-        parts = [f"step {step}/{self.total}", f"loss {row['loss']:.4f}",
-                 f"lr {row['learning_rate']:.2e}"]
-        parts += [f"acc {row['accuracy']:.4f}"] if "accuracy" in row else []
-        parts += [f"{row['tokens_per_sec']:,.0f} tok/s"] if "tokens_per_sec" in row else []
-        logging.info(" | ".join(parts))
-        writer.write(step, row)
-
-    pending = None  # (step, metrics) of the step in flight: at most two (see train.py)
     try:
-      for step in range(start, self.total):
-        indices = np.asarray(self.batches[step])
-        batch = sharding.to_device(self._local(self.train_rows, indices), self.mesh)
-        state, step_metrics = self.train_step(state, batch)
-        if pending is not None:
-          finish(*pending)
-        pending = (step + 1, step_metrics)
-        done = step + 1
-        preempted = self.ckpt.reached_preemption(done)
-        save = done % t.checkpoint_every_steps == 0 or done == self.total or preempted
-        evaluate_now = self._epoch_ends(done) and not preempted
-        if save or evaluate_now:
-          finish(*pending)
-          pending = None
-        if evaluate_now:
-          dev = self._evaluate(state["params"])
-          logging.info("dev after epoch %.2f (step %d): %s", self._epoch(done), done,
-                       ", ".join(f"{k} {v:.4f}" for k, v in dev.items()))
-          writer.write(done, {f"eval/{k}": v for k, v in dev.items()})
-          throughput.update(done)  # keep dev time out of the next tokens/s
-        if save:
-          self.ckpt.save(done, state, _BatchPosition(done), host={})
-        if preempted:
-          logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
-                          " the same command again to continue from there", done)
-          return {"preempted_at_step": done}
-      if pending is not None:
-        finish(*pending)
+      state, done, preempted = self.run_steps(self.train_step, state, start, self.total)
     finally:
       self.ckpt.close()
-      writer.close()
-    if dev is None:  # the run had already finished: score its last checkpoint
-      dev = self._evaluate(state["params"])
+      self.writer.close()
+    if preempted:
+      return {"preempted_at_step": done}
+    if self.dev is None:  # the run had already finished: score its last checkpoint
+      self.dev = self._evaluate(state["params"])
     logging.info("Fine-tuned steps %d..%d in %.1f s; output %s", start, self.total,
                  time.perf_counter() - t0, self.out.path)
-    return self._results(dev)
+    return self._results(self.dev)
 
   def _results(self, dev: dict[str, float]) -> dict:
     history = [{"step": r["step"], **{k[5:]: v for k, v in r.items() if k.startswith("eval/")}}

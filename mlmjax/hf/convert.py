@@ -4,7 +4,7 @@
     from_hf(state, arch, ...)     HF state dict -> mlmjax params (only what the checkpoint has)
     model_settings(hf_config)     HF config.json -> mlmjax's config.model architecture keys
 
-Every name mapping lives in `_rules`: one rule per mlmjax leaf, naming the HF tensor(s) it
+Every name mapping lives in rules.py: one rule per mlmjax leaf, naming the HF tensor(s) it
 becomes and the two directions of the conversion. A new model variant adds rules there.
 
 Where the two models differ in more than names, the conversion keeps the function unchanged:
@@ -33,8 +33,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from mlmjax.parallel import sharding
 from mlmjax.hf.rules import Arch, ConversionError, rules
+from mlmjax.models import param_names
 
 Params = dict  # nested {name: {...} | np.ndarray}, blocks under "blocks": {0: {...}, 1: ...}
 
@@ -95,14 +95,14 @@ def to_hf(params: Params, arch: Arch, model_cfg, vocab_to_hf: np.ndarray | None 
     try:
       leaf = _get(params, rule.path)
     except KeyError:
-      raise ConversionError(f"the model has no {sharding.param_name(rule.path)}, which"
+      raise ConversionError(f"the model has no {param_names.param_name(rule.path)}, which"
                             f" transformers' {arch.model_type} needs") from None
     used.add(rule.path)
     for name, value in zip(rule.names, rule.to_hf(leaf)):
       out[name] = np.ascontiguousarray(value, np.float32)
   # A parameter no rule maps (another block design) must not be dropped silently.
-  paths = [sharding.path_keys(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
-  unused = [sharding.param_name(p) for p in paths if p not in used]
+  paths = [param_names.path_keys(p) for p, _ in jax.tree_util.tree_leaves_with_path(params)]
+  unused = [param_names.param_name(p) for p in paths if p not in used]
   if unused:
     raise ConversionError(f"transformers' {arch.model_type} has no place for"
                           f" {', '.join(unused[:5])}{' ...' if len(unused) > 5 else ''}")
@@ -126,7 +126,7 @@ def from_hf(state: dict[str, np.ndarray], arch: Arch, model_cfg, nsp: bool,
     present = [n in state for n in rule.names]
     if not all(present):
       if rule.head and not any(present):
-        missing_heads.append(sharding.param_name(rule.path))
+        missing_heads.append(param_names.param_name(rule.path))
         continue
       absent = next(n for n, ok in zip(rule.names, present) if not ok)
       raise ConversionError(f"the checkpoint has no tensor {absent!r}")

@@ -26,10 +26,9 @@ import jax
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.hf import convert as hf_convert
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.data import hf_tokenizer
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.hf import convert as hf_convert
+from mlmjax.models import special_ids
 
 SAMPLE_TEXT = "The quick brown fox jumps over the lazy dog, 1234 times!"
 # float32 logits of the same function computed by two frameworks agree to ~1e-5 here.
@@ -40,8 +39,8 @@ class ExportError(errors.UserError):
   pass
 
 
-def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.FinishedRun:
-  """Writes the export of checkpoint `step` (default: the latest) of `workdir` into `out`."""
+def export(run, out: str) -> None:
+  """Writes the export of `run` (a training/finished_run.FinishedRun) into `out`."""
   try:
     import transformers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
     from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
@@ -49,7 +48,6 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
     raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'") from None
   if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
     raise ExportError(f"--out={out} exists and is not an empty folder")
-  run = workdir_lib.load_run(workdir, step)
   model_cfg, tok = run.config.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
   arch = hf_convert.export_arch(run.config)
@@ -61,13 +59,13 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
     nsp = False
   vocab_to_hf = getattr(tok, "vocab_to_hf", None)  # a Hugging Face tokenizer's own ids
   state = hf_convert.to_hf(params, arch, model_cfg, vocab_to_hf)
-  pad_id = 0 if vocab_to_hf is None else int(vocab_to_hf[tokenizer_lib.PAD_ID])
+  pad_id = 0 if vocab_to_hf is None else int(vocab_to_hf[special_ids.PAD_ID])
   settings = hf_convert.hf_settings(arch, model_cfg, len(tok), pad_id)
   if arch.model_type == "modernbert":
-    settings.update(cls_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
-                    sep_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID),
-                    bos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.CLS_ID),
-                    eos_token_id=_hf_id(vocab_to_hf, tokenizer_lib.SEP_ID))
+    settings.update(cls_token_id=_hf_id(vocab_to_hf, special_ids.CLS_ID),
+                    sep_token_id=_hf_id(vocab_to_hf, special_ids.SEP_ID),
+                    bos_token_id=_hf_id(vocab_to_hf, special_ids.CLS_ID),
+                    eos_token_id=_hf_id(vocab_to_hf, special_ids.SEP_ID))
   model_class = {"roformer": "RoFormerForMaskedLM", "bert": "BertForMaskedLM",
                  "modernbert": "ModernBertForMaskedLM",
                  "electra": "ElectraForPreTraining"}[arch.model_type]
@@ -89,14 +87,13 @@ def export(workdir: str, out: str, step: int | None = None) -> workdir_lib.Finis
   if os.path.isdir(out):
     os.rmdir(out)  # empty, checked above
   os.rename(tmp, out)
-  return run
 
 
 def _hf_id(vocab_to_hf, mlmjax_id: int) -> int:
   return mlmjax_id if vocab_to_hf is None else int(vocab_to_hf[mlmjax_id])
 
 
-def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]], key: str = "mlm_logits"
+def mlm_logits(run, rows: list[list[int]], key: str = "mlm_logits"
                ) -> list[np.ndarray]:
   """mlmjax's MLM logits [T, V] at every position of each row of mlmjax ids (one jitted call:
   the rows are padded to the longest, and padding is masked out). `key='rtd_logits'`: an
@@ -114,13 +111,13 @@ def mlm_logits(run: workdir_lib.FinishedRun, rows: list[list[int]], key: str = "
   return [logits[i, :len(row)] for i, row in enumerate(rows)]
 
 
-def verify(run: workdir_lib.FinishedRun, out: str, text: str = SAMPLE_TEXT) -> float:
+def verify(run, out: str, text: str = SAMPLE_TEXT) -> float:
   """Max |logit difference| between transformers' load of `out` and mlmjax on `text`;
   raises ExportError above TOLERANCE."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   tok = run.tokenizer
-  ids = [tokenizer_lib.CLS_ID] + tok.encode([text])[0] + [tokenizer_lib.SEP_ID]
+  ids = [special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]
   to_hf = getattr(tok, "vocab_to_hf", np.arange(len(tok)))
   transformers.logging.set_verbosity_error()  # load-time notices about classes, not the model
   if run.config.objective.kind == "electra":  # the discriminator's replaced-or-not logits

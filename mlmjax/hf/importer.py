@@ -8,7 +8,7 @@
 
 A BERT, RoBERTa or RoFormer checkpoint (safetensors, or pytorch_model.bin with torch) becomes
 the same function in mlmjax: the name mapping and the corrections that keep it exact are in
-hf_convert.py. Pretraining heads the checkpoint lacks (RoBERTa has no NSP head; a bare encoder
+convert.py. Pretraining heads the checkpoint lacks (RoBERTa has no NSP head; a bare encoder
 has no MLM head) start from mlmjax's own initialisation, and the log says which. Only a fresh
 run reads the weights: a resumed run continues from its own checkpoints.
 """
@@ -23,10 +23,10 @@ from absl import logging
 import jax
 import numpy as np
 
-from mlmjax.training import config_check
-from mlmjax.hf import convert as hf_convert
-from mlmjax.parallel import sharding
+from mlmjax import errors
 from mlmjax.data import formats
+from mlmjax.hf import convert as hf_convert
+from mlmjax.models import param_names
 
 # Names of old TF-converted BERT checkpoints, which transformers renames on load as well.
 _LEGACY_NAMES = ((".gamma", ".weight"), (".beta", ".bias"))
@@ -34,6 +34,20 @@ _LEGACY_NAMES = ((".gamma", ".weight"), (".beta", ".bias"))
 
 class CheckpointReadError(hf_convert.ConversionError):
   """A checkpoint folder without weights mlmjax can read."""
+
+
+def init_from_folder(init_from: str) -> str | None:
+  """The Hugging Face model folder of `init_from='hf:FOLDER'` (None when empty)."""
+  if not init_from:
+    return None
+  if not init_from.startswith("hf:"):
+    raise errors.ConfigError(f"init_from={init_from!r} must be 'hf:FOLDER', a Hugging Face"
+                             " model folder (config.json, model.safetensors, tokenizer files)")
+  folder = init_from[len("hf:"):]
+  if not os.path.isfile(os.path.join(folder, "config.json")):
+    raise errors.ConfigError(f"init_from={init_from!r}: no config.json there (not a Hugging"
+                             " Face model folder)")
+  return folder
 
 
 def _read_json(path: str) -> dict:
@@ -46,7 +60,7 @@ def read_config(folder: str) -> dict:
 
 
 def _arch_and_settings(config) -> tuple[hf_convert.Arch, dict]:
-  folder = config_check.init_from_folder(config.init_from)
+  folder = init_from_folder(config.init_from)
   try:
     return hf_convert.model_settings(read_config(folder),
                                      formats.has_pair_labels(config.data.format))
@@ -56,7 +70,7 @@ def _arch_and_settings(config) -> tuple[hf_convert.Arch, dict]:
 
 def configure(config):
   """A copy of `config` whose model architecture and tokenizer are the checkpoint's."""
-  folder = config_check.init_from_folder(config.init_from)
+  folder = init_from_folder(config.init_from)
   _, settings = _arch_and_settings(config)
   config = copy.deepcopy(config)
   changed = {k: v for k, v in settings.items() if config.model[k] != v}
@@ -66,7 +80,7 @@ def configure(config):
     logging.info("From %s/config.json: %s", folder,
                  ", ".join(f"model.{k}={v!r}" for k, v in changed.items()))
   if config.tokenizer.path and os.path.abspath(config.tokenizer.path) != os.path.abspath(folder):
-    raise config_check.ConfigError(
+    raise errors.ConfigError(
         f"init_from={config.init_from!r} trains with {folder}'s own tokenizer (the embedding"
         f" rows are its ids): leave tokenizer.path empty, not {config.tokenizer.path!r}")
   config.tokenizer.path = folder
@@ -112,14 +126,14 @@ def _with_prefix(state: dict, arch: hf_convert.Arch) -> dict:
 
 def _by_path(tree) -> dict[str, np.ndarray]:
   """{'blocks/0/mlp_in/kernel': leaf} (list indices and dict keys alike)."""
-  return {sharding.param_name(sharding.path_keys(path)): x
+  return {param_names.param_name(param_names.path_keys(path)): x
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def imported_params(config, tok, abstract_params) -> tuple[dict[str, np.ndarray], list[str]]:
   """The checkpoint's parameters in mlmjax's layout, by path (numpy), checked against the
   model's shapes, and the names of the head parameters it lacks."""
-  folder = config_check.init_from_folder(config.init_from)
+  folder = init_from_folder(config.init_from)
   arch, _ = _arch_and_settings(config)
   state = _with_prefix(read_weights(folder), arch)
   nsp = formats.has_pair_labels(config.data.format)
@@ -148,7 +162,7 @@ def initial_state(config, setup, tok):
   params, missing = imported_params(config, tok, setup.abstract_state["params"])
 
   def place(path, fresh, target):
-    value = params.get(sharding.param_name(sharding.path_keys(path)))
+    value = params.get(param_names.param_name(param_names.path_keys(path)))
     if value is None:
       return fresh  # a head the checkpoint lacks
     value = np.asarray(value, np.float32)

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.parallel import sharding
+from mlmjax.models import param_names
 
 
 class ConversionError(errors.UserError):
@@ -71,7 +71,7 @@ def _copy(path: tuple, name: str, head: bool = False) -> _Rule:
 def _dense(path: tuple, name: str, head: bool = False) -> list[_Rule]:
   def to_hf(k):
     if k.ndim != 2:  # e.g. a gated MLP's [D, 2, F]: not a torch Linear
-      raise ConversionError(f"{sharding.param_name(path)} has a {k.shape} kernel: not a"
+      raise ConversionError(f"{param_names.param_name(path)} has a {k.shape} kernel: not a"
                             f" linear layer of transformers' BERT")
     return (k.T,)
   return [_Rule(path + ("kernel",), (name + ".weight",), to_hf, lambda w: w.T, head),
@@ -165,7 +165,7 @@ def _bert(arch: Arch, model_cfg, nsp: bool) -> list[_Rule]:
   p, electra = arch.prefix, arch.model_type == "electra"
   out = [
       _copy(("token_embedding",), p + "embeddings.word_embeddings.weight"),
-      # Row 0 written as zeros: mlmjax never adds it (see hf_convert's docstring).
+      # Row 0 written as zeros: mlmjax never adds it (see convert.py's docstring).
       _Rule(("type_embedding",), (p + "embeddings.token_type_embeddings.weight",),
             lambda t: (np.concatenate([np.zeros_like(t[:1]), t[1:]]),), lambda t: t),
       *_norm(("embedding_norm",), p + "embeddings.LayerNorm"),

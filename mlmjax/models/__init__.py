@@ -1,0 +1,12 @@
+"""The models: pure Flax NNX modules and the facts about them, with no data, mesh or run.
+
+  bert.py         the pretraining encoder (BERT, RoBERTa, SpanBERT heads, the modern block
+                  options: pre-LN, GLU, rotary, local/global attention), its MLM and NSP heads
+  layers.py       the blocks: embeddings' parts, self-attention, MLP, LayerNorm, rotary
+  attention.py    attention kernels (XLA, cuDNN, TPU splash, Pallas GPU) behind one call
+  electra.py      ELECTRA: generator and discriminator over shared embeddings
+  flops.py        model FLOPs per token and the devices' peaks (MFU)
+  special_ids.py  [PAD] [UNK] [CLS] [SEP] [MASK]: the ids every tokenizer maps onto
+  param_names.py  a parameter's name ('blocks/0/mlp_in/kernel') wherever one is printed or keyed
+Imports nothing of mlmjax but errors.py: every other package may import it.
+"""

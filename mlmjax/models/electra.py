@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from mlmjax.models import layers
 from mlmjax.models import bert as model_lib
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.models import layers
+from mlmjax.models import special_ids
 
 
 def generator_config(model_config, fraction: float) -> ml_collections.ConfigDict:
@@ -97,7 +97,7 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
         jax.random.PRNGKey(0) if dropout_key is None else dropout_key, 0x5A17)
     gumbel = -jnp.log(-jnp.log(jax.random.uniform(sample_key, logits_bpv.shape,
                                                   minval=1e-20, maxval=1.0)))
-    special = jnp.arange(logits_bpv.shape[-1]) < tokenizer_lib.NUM_SPECIAL
+    special = jnp.arange(logits_bpv.shape[-1]) < special_ids.NUM_SPECIAL
     sampled = jnp.argmax(jnp.where(special, -jnp.inf, jax.lax.stop_gradient(logits_bpv))
                          + gumbel, axis=-1).astype(batch["input_ids"].dtype)
     real = batch["masked_weights"] > 0

@@ -19,6 +19,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from mlmjax.models import param_names
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over every non-tensor axis
 
@@ -72,17 +74,6 @@ def spec_for(shape: tuple[int, ...], axes: tuple[str | None, ...],
   return P(*spec), fallbacks
 
 
-def path_keys(path) -> tuple:
-  """A jax tree path as plain keys: ('blocks', 0, 'mlp_in', 'kernel')."""
-  return tuple(getattr(k, "key", getattr(k, "idx", k)) for k in path)
-
-
-def param_name(keys: tuple) -> str:
-  """'blocks/0/mlp_in/kernel': a parameter's name in messages and in flat {name: array} dicts
-  (the same whether layer indices are list indices, dict keys or their saved strings)."""
-  return "/".join(map(str, keys))
-
-
 def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
   """NamedShardings (as a pure dict matching `nnx.to_pure_dict`) from the params' `axes`."""
   rules = parse_rules(rules)
@@ -90,7 +81,7 @@ def param_shardings(abstract_state: nnx.State, mesh: Mesh, rules) -> dict:
 
   def sharding(path, v):
     spec, fallbacks = spec_for(v.shape, v.get_metadata()["axes"], rules, mesh)
-    name = param_name(path_keys(path))
+    name = param_names.param_name(param_names.path_keys(path))
     for cause in fallbacks:
       replicated_dims.setdefault(cause, []).append(name)
     return NamedSharding(mesh, spec)

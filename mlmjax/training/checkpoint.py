@@ -33,7 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mlmjax import errors
-from mlmjax.parallel import sharding
+from mlmjax.models import param_names
 
 
 class DataIterator(Protocol):
@@ -68,7 +68,7 @@ def _os_error(e: BaseException) -> OSError | None:
 
 def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
   """{'blocks/0/mlp_in/kernel': shape}; list indices and their saved string form agree."""
-  return {sharding.param_name(sharding.path_keys(path)): tuple(leaf.shape)
+  return {param_names.param_name(param_names.path_keys(path)): tuple(leaf.shape)
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 

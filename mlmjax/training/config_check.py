@@ -13,16 +13,17 @@ import jax
 import ml_collections
 import numpy as np
 
-from mlmjax.models import attention
-from mlmjax.models import electra
-from mlmjax.models import bert as model_lib
-from mlmjax.training import optimizer
-from mlmjax.training import phases as phases_lib
-from mlmjax.parallel import sharding
 from mlmjax.data import formats
 from mlmjax.data import masking
-from mlmjax.errors import ConfigError
 from mlmjax.data.masking import settings as masking_settings
+from mlmjax.errors import ConfigError
+from mlmjax.hf import importer
+from mlmjax.models import attention
+from mlmjax.models import bert as model_lib
+from mlmjax.models import electra
+from mlmjax.parallel import sharding
+from mlmjax.training import optimizer
+from mlmjax.training import phases as phases_lib
 
 
 def _one_of(key: str, value, allowed) -> None:
@@ -39,7 +40,7 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
-  init_from_folder(config.init_from)
+  importer.init_from_folder(config.init_from)
   _check_model(config)
   _check_data(config)
   _check_masking(config.masking)
@@ -70,20 +71,6 @@ def _check_objective(config) -> None:
   elif config.model.embedding_size not in (0, config.model.hidden_size):
     raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
                       " objective.kind='electra'")
-
-
-def init_from_folder(init_from: str) -> str | None:
-  """The Hugging Face model folder of `init_from='hf:FOLDER'` (None when empty)."""
-  if not init_from:
-    return None
-  if not init_from.startswith("hf:"):
-    raise ConfigError(f"init_from={init_from!r} must be 'hf:FOLDER', a Hugging Face model"
-                      " folder (config.json, model.safetensors, tokenizer files)")
-  folder = init_from[len("hf:"):]
-  if not os.path.isfile(os.path.join(folder, "config.json")):
-    raise ConfigError(f"init_from={init_from!r}: no config.json there (not a Hugging Face"
-                      " model folder)")
-  return folder
 
 
 def _check_model(config) -> None:
@@ -259,14 +246,20 @@ def _check_train(t) -> None:
   _one_of("train.decay_shape", t.decay_shape, optimizer.DECAY_SHAPES)
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
-  _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
+  _check_nonfinite_policy(t)
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:
     raise ConfigError("train.steps, train.eval_batches, train.max_checkpoints_to_keep and the"
                       " train.*_every_steps intervals must be >= 1")
-  if t.learning_rate < 0 or t.warmup_steps < 0 or t.max_consecutive_skips < 0:
-    raise ConfigError("train.learning_rate, train.warmup_steps and train.max_consecutive_skips"
-                      " must be >= 0")
+  if t.learning_rate < 0 or t.warmup_steps < 0:
+    raise ConfigError("train.learning_rate and train.warmup_steps must be >= 0")
+
+
+def _check_nonfinite_policy(t) -> None:
+  """Pretraining's and fine-tuning's (training/loop.py)."""
+  _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
+  if t.max_consecutive_skips < 0:
+    raise ConfigError("train.max_consecutive_skips must be >= 0")
 
 
 def check_mesh(config) -> None:
@@ -296,6 +289,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   if t.log_every_steps < 1 or t.checkpoint_every_steps < 1 or t.max_checkpoints_to_keep < 1:
     raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
                       " train.max_checkpoints_to_keep must be >= 1")
+  _check_nonfinite_policy(t)
   # The pretraining rule, on the keys fine-tuning has (no accumulation, one shard per process).
   view = ml_collections.ConfigDict({
       "mesh": {"shape": config.mesh.shape, "rules": pretrained.mesh.rules},

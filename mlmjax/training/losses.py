@@ -7,7 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from mlmjax.data.tokenizer import MASK_ID
+from mlmjax.models import special_ids
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -39,7 +39,7 @@ def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp:
       "mlm_count": jnp.sum(masked_weights_bp),
   }
   if shown_ids_bp is not None:
-    on_mask_bp = (shown_ids_bp == MASK_ID) * masked_weights_bp
+    on_mask_bp = (shown_ids_bp == special_ids.MASK_ID) * masked_weights_bp
     sums["mask_token_correct"] = jnp.sum(correct_bp * on_mask_bp)
     sums["mask_token_count"] = jnp.sum(on_mask_bp)
   return sums

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data.masking import settings as masking_settings
+from mlmjax.models import special_ids
 
 
 class NoFeedback:
@@ -95,7 +95,7 @@ class TokenLossFeedback(NoFeedback):
     if not self.seen.any():
       return None
     w = np.where(self.seen, self.estimate, self.estimate[self.seen].mean())
-    w[:tokenizer_lib.NUM_SPECIAL] = 0.0
+    w[:special_ids.NUM_SPECIAL] = 0.0
     return w
 
   def state(self) -> dict:

@@ -101,17 +101,18 @@ def _duration(seconds: float) -> str:
 class Throughput:
   """Tokens/s, MFU and ETA over the last logging interval (compilation excluded after warm-up).
 
-  MFU is model FLOPs (flops.py) per second over `peak_flops`: the devices' rated peak where
-  known, else the measured matmul peak (see train.py)."""
+  MFU is model FLOPs (models/flops.py) per second over `peak_flops`: the devices' rated peak
+  where known, else the measured matmul peak (see train.py); without FLOPs (fine-tuning)
+  there is no MFU."""
 
-  def __init__(self, total_steps: int, peak_flops: float):
+  def __init__(self, total_steps: int, peak_flops: float = 0.0):
     self.total_steps = total_steps
     self.peak_flops = peak_flops
     self.tokens_per_step = self.flops_per_token = 0.0
     self._t = time.perf_counter()
     self._step = None
 
-  def set_shapes(self, tokens_per_step: int, flops_per_token: float) -> None:
+  def set_shapes(self, tokens_per_step: int, flops_per_token: float = 0.0) -> None:
     """The current sequence-length phase's tokens per step and FLOPs per token."""
     self.tokens_per_step, self.flops_per_token = tokens_per_step, flops_per_token
 
@@ -122,8 +123,9 @@ class Throughput:
       sec_per_step = (now - self._t) / (step - self._step)
       tokens_per_sec = self.tokens_per_step / sec_per_step
       out = {"tokens_per_sec": tokens_per_sec,
-             "mfu": tokens_per_sec * self.flops_per_token / self.peak_flops,
              "eta_sec": sec_per_step * (self.total_steps - step)}
+      if self.flops_per_token and self.peak_flops:
+        out["mfu"] = tokens_per_sec * self.flops_per_token / self.peak_flops
     self._t, self._step = now, step
     return out
 

@@ -1,124 +1,57 @@
-"""The sharded train state and the pure, jitted train/eval steps.
+"""The pure, jitted train and eval steps, for pretraining and fine-tuning alike.
 
-The state is a plain pytree `{"step", "params", "opt_state"}`: params are the model's
-`nnx.to_pure_dict` (a nested dict of arrays), so orbax, optax and jit see ordinary pytrees and
-the NNX module is rebuilt inside jit with `nnx.merge` (trace-time only, no per-step cost).
+A step is `(state, batch) -> (state, metrics)` on a `train_state.Setup`; what it minimises is an
+`Objective`: the denominators of the loss over the whole global batch, the metric sums of a
+(micro-)batch, and the loss made from those sums. Pretraining's objective is the MLM (+ NSP,
+SBO, ELECTRA) loss of losses.py; fine-tuning's is the classifier's (finetuning/classifier.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
-from flax import nnx
 
-from mlmjax.models import electra
-from mlmjax.training import losses
-from mlmjax.models import bert as model_lib
-from mlmjax.training import optimizer
 from mlmjax.parallel import sharding
-from mlmjax.data import formats
+from mlmjax.training import losses
+from mlmjax.training import optimizer
+from mlmjax.training.train_state import Setup, State
 
-State = dict[str, Any]
-
-
-@dataclasses.dataclass
-class Setup:
-  """Everything the loop needs to run steps on a mesh."""
-
-  graphdef: nnx.GraphDef
-  tx: optax.GradientTransformation
-  mesh: jax.sharding.Mesh
-  state_shardings: State
-  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); each
-  # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
-  compute_shardings: dict
-  layer_shardings: dict[str, dict]
-  abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
-  init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
-
-  def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
-    """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
-    front, each block's weights only when that block runs; autodiff turns each gather into
-    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
-    def gather_outside_blocks(path, p, s):
-      return p if "blocks" in sharding.path_keys(path) else jax.lax.with_sharding_constraint(p, s)
-    params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
-                                              self.compute_shardings)
-    model = nnx.merge(self.graphdef, params)
-    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
-        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+Sums = dict[str, jax.Array]
 
 
-def _layer_shardings(compute: dict, model_config) -> dict[str, dict]:
-  """{"blocks": one layer's shardings} (ELECTRA: "generator/blocks", "discriminator/blocks"):
-  a slice of the stacked shardings, or the first layer's (all layers shard alike)."""
-  out = {}
-
-  def visit(tree, path):
-    for key, sub in tree.items():
-      if key == "blocks":
-        out["/".join(path + [key])] = (sharding.drop_leading_axis(sub)
-                                       if model_config.scan_layers else sub[0])
-      elif isinstance(sub, dict):
-        visit(sub, path + [key])
-  visit(compute, [])
-  return out
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  # batch -> the loss's denominators over the WHOLE global batch (e.g. masked tokens). A
+  # micro-batch's loss divided by these, summed over the micro-batches, is exactly the big
+  # batch's loss, and so are its gradients.
+  global_counts: Callable[[dict], Sums]
+  # (model outputs, batch) -> metric sums of a (micro-)batch.
+  sums: Callable[[dict | jax.Array, dict], Sums]
+  # sums, with the global counts in place of their own -> the scalar loss.
+  loss: Callable[[Sums], jax.Array]
 
 
-def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
-  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
-  if config.objective.kind == "electra":
-    return electra.ElectraForPretraining(config.model, config.objective, vocab_size,
-                                         nnx.Rngs(params=seed))
-  return model_lib.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
-                                     nsp_head=formats.has_pair_labels(config.data.format),
-                                     sbo_head=config.objective.span_boundary_weight > 0)
+def pretraining_objective(objective_config, per_token_loss: bool = False) -> Objective:
+  """The pretraining loss (losses.total_loss). `per_token_loss` adds `token_loss_sum` /
+  `token_count` [V] to the sums (adaptive masking's feedback)."""
 
+  def global_counts(batch: dict) -> Sums:
+    return {"mlm_count": jnp.sum(batch["masked_weights"]),
+            "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),  # a label a row
+            "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
 
-def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
-               build: Callable[[], nnx.Module] | None = None) -> Setup:
-  """Shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded:
-  full parameters are never materialised on one device. `build` makes the module (default:
-  the pretraining model of `config`); `config.train` gives the optimizer, `config.mesh.rules`
-  the shardings."""
-  if build is None:
-    build = lambda: build_model(config, vocab_size, config.seed)
-  abstract_model = nnx.eval_shape(build)
-  graphdef, abstract_params_state = nnx.split(abstract_model)
-  param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
-  tx = optimizer.make_optimizer(config.train)
+  def sums(outputs: dict, batch: dict) -> Sums:
+    out = losses.model_sums(outputs, batch)
+    if per_token_loss:
+      out.update(losses.per_token_sums(outputs["mlm_logits"], batch["masked_ids"],
+                                       batch["masked_weights"]))
+    return out
 
-  def init() -> State:
-    params = nnx.to_pure_dict(nnx.state(build()))
-    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
-
-  abstract = jax.eval_shape(init)
-  replicated = sharding.replicated(mesh)
-  # Optimizer moments (Adam/LAMB mu, nu) are sharded exactly like their parameters (so FSDP
-  # shards them too); counters and other non-parameter leaves are replicated scalars.
-  opt_shardings = optax.tree_map_params(
-      tx, lambda _, s: s, abstract["opt_state"], param_shardings,
-      transform_non_params=lambda _: replicated)
-  state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
-  compute = sharding.compute_shardings(param_shardings)
-  return Setup(
-      graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
-      compute_shardings=compute, layer_shardings=_layer_shardings(compute, config.model),
-      abstract_state=sharding.with_shardings(abstract, state_shardings),
-      init_fn=jax.jit(init, out_shardings=state_shardings))
-
-
-def _global_counts(batch: dict) -> dict[str, jax.Array]:
-  """The denominators of losses.total_loss for the WHOLE global batch: masked tokens, and rows
-  (NSP/SOP: one label per row). A micro-batch's loss divided by these, summed over the
-  micro-batches, is exactly the big batch's loss, and so are its gradients."""
-  return {"mlm_count": jnp.sum(batch["masked_weights"]),
-          "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),
-          "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
+  return Objective(global_counts, sums, lambda s: losses.total_loss(s, objective_config))
 
 
 def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
@@ -133,33 +66,25 @@ def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(setup: Setup, config, per_token_loss: bool = False
+def make_train_step(setup: Setup, objective: Objective, train_config, seed: int
                     ) -> Callable[[State, dict], tuple[State, dict]]:
   """(state, batch) -> (state, metrics); donates the old state's buffers.
 
-  With `train.grad_accum_steps` k > 1 the global batch is split into k micro-batches inside
-  the step (lax.scan): gradients and metric sums add up over them and one update is applied,
-  equal to that of the whole batch. `per_token_loss` adds `token_loss_sum`/`token_count` [V]
-  to the metrics (adaptive masking).
+  With `train_config.grad_accum_steps` k > 1 the global batch is split into k micro-batches
+  inside the step (lax.scan): gradients and metric sums add up over them and one update is
+  applied, equal to that of the whole batch. The metrics are the objective's sums plus
+  `grad_norm`, `learning_rate` and `nonfinite` (1: the optimizer skipped a NaN/Inf update).
   """
-  schedule = optimizer.learning_rate_schedule(config.train)
-  dropout_base = jax.random.PRNGKey(config.seed)
-  k = int(config.train.grad_accum_steps)
+  schedule = optimizer.learning_rate_schedule(train_config)
+  dropout_base = jax.random.PRNGKey(seed)
+  k = int(train_config.grad_accum_steps)
 
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
-      outputs = setup.forward(params, batch, dropout_key=key)
-      sums = losses.model_sums(outputs, batch)
-      loss = losses.total_loss({**sums, **{c: counts[c] for c in counts if c in sums}},
-                               config.objective)
-      return loss, (sums, outputs["mlm_logits"])
-
-    grads, (sums, mlm_logits_bpv) = jax.grad(loss_fn, has_aux=True)(params)
-    if per_token_loss:
-      sums.update(losses.per_token_sums(mlm_logits_bpv, batch["masked_ids"],
-                                        batch["masked_weights"]))
-    return grads, sums
+      sums = objective.sums(setup.forward(params, batch, dropout_key=key), batch)
+      return objective.loss({**sums, **{c: counts[c] for c in counts if c in sums}}), sums
+    return jax.grad(loss_fn, has_aux=True)(params)
 
   def accumulate(params, batch, key, counts):
     """Sums of gradients and metrics over k micro-batches, one at a time (the memory of one)."""
@@ -184,7 +109,7 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
   def train_step(state: State, batch: dict) -> tuple[State, dict]:
     # The device's only randomness: dropout, a pure function of (seed, step [, micro-batch]).
     key = jax.random.fold_in(dropout_base, state["step"])
-    counts = _global_counts(batch)
+    counts = objective.global_counts(batch)
     if k == 1:
       grads, sums = grads_and_sums(state["params"], batch, key, counts)
     else:
@@ -210,16 +135,28 @@ def make_train_step(setup: Setup, config, per_token_loss: bool = False
                  donate_argnums=0)
 
 
-def make_eval_step(setup: Setup) -> Callable[[dict, dict], dict]:
-  """(params, batch) -> metric sums and a target histogram, without dropout."""
+def make_pretrain_step(setup: Setup, config, per_token_loss: bool = False
+                       ) -> Callable[[State, dict], tuple[State, dict]]:
+  """The train step of pretraining `config` (its objective, optimizer schedule and seed)."""
+  return make_train_step(setup, pretraining_objective(config.objective, per_token_loss),
+                         config.train, config.seed)
+
+
+def heldout_sums(outputs: dict, batch: dict) -> Sums:
+  """Pretraining's held-out metric sums, and a histogram of the targets (for the best constant
+  predictor's accuracy: the baseline)."""
+  sums = losses.model_sums(outputs, batch, with_shown_ids=True)
+  sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[
+      batch["masked_ids"]].add(batch["masked_weights"])
+  return sums
+
+
+def make_eval_step(setup: Setup, measure: Callable[[dict | jax.Array, dict], dict] = heldout_sums
+                   ) -> Callable[[dict, dict], dict]:
+  """(params, batch) -> measure(outputs, batch), without dropout, on every process."""
 
   def eval_step(params, batch):
-    outputs = setup.forward(params, batch)
-    sums = losses.model_sums(outputs, batch, with_shown_ids=True)
-    # Histogram of the targets, for the best constant predictor's accuracy (the baseline).
-    sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[
-        batch["masked_ids"]].add(batch["masked_weights"])
-    return sums
+    return measure(setup.forward(params, batch), batch)
 
   return jax.jit(eval_step,
                  in_shardings=(setup.state_shardings["params"],

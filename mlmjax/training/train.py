@@ -3,10 +3,12 @@
     check the config -> lock the workdir -> input (data, tokenizer, masker) -> mesh + sharded
     state -> restore? -> loop: train step, host bookkeeping, [eval], [checkpoint] -> the end
 
-The host side of the loop has participants that it treats alike: its own bookkeeping
-(`LoopState`: metric sums of the logging interval, skip counters) and the masking feedback
-(masking_feedback.py; a do-nothing one unless adaptive masking is on). Each hands the checkpoint its
-state and gets it back on resume, which is what makes a resumed run bit-identical.
+The step loop itself (the order of things, preemption, the non-finite policy) is loop.py's,
+shared with fine-tuning. The host side of the loop has participants that it treats alike: its
+own bookkeeping (`LoopState`: metric sums of the logging interval, skip counters) and the
+masking feedback (masking_feedback.py; a do-nothing one unless adaptive masking is on). Each
+hands the checkpoint its state and gets it back on resume, which is what makes a resumed run
+bit-identical.
 """
 
 from __future__ import annotations
@@ -17,82 +19,62 @@ from absl import logging
 import jax
 import numpy as np
 
-from mlmjax.training import masking_feedback
+from mlmjax.data import prefetch
+from mlmjax.data import run_input as input_lib
+from mlmjax.hf import importer
+from mlmjax.models import bert
+from mlmjax.models import flops
+from mlmjax.parallel import distributed
+from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import config_check
 from mlmjax.training import learning_curves
-from mlmjax.parallel import distributed
-from mlmjax import errors
-from mlmjax.models import flops
-from mlmjax.hf import importer
+from mlmjax.training import loop
 from mlmjax.training import losses
+from mlmjax.training import masking_feedback
 from mlmjax.training import metrics as metrics_lib
-from mlmjax.models import bert as model_lib
 from mlmjax.training import phases as phases_lib
-from mlmjax.parallel import sharding
 from mlmjax.training import steps
+from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training import workdir_lock
-from mlmjax.data import run_input as input_lib
-from mlmjax.data import prefetch
-
-
-class NonFiniteError(errors.UserError):
-  """Training produced a NaN/Inf loss or gradient and the policy says stop."""
 
 
 class LoopState:
-  """Metric sums of the current logging interval and the skip counters."""
+  """Metric sums of the current logging interval, and the non-finite policy's counters."""
 
   def __init__(self, train_config):
-    self.config = train_config
     self.interval: dict[str, float] = {}
-    self.skipped, self.consecutive = 0, 0
+    self.nonfinite = loop.NonFinitePolicy(train_config)
 
   def record(self, step: int, m: dict) -> bool:
-    """Adds a finished step's metrics; False if its update was skipped (non-finite), after
-    applying the policy: stop (raise) or go on (warn)."""
-    if not m["nonfinite"]:
-      self.consecutive = 0
-      for k in losses.SUM_KEYS:
-        if k in m:
-          self.interval[k] = self.interval.get(k, 0.0) + float(m[k])
-      return True
-    self.skipped += 1
-    self.consecutive += 1
-    if self.config.nonfinite_policy == "stop":
-      raise NonFiniteError(
-          f"step {step}: non-finite loss or gradients; the update was not applied and nothing"
-          " after the last checkpoint was saved (lower train.learning_rate, or set"
-          " train.nonfinite_policy='skip')")
-    if self.consecutive > self.config.max_consecutive_skips:
-      raise NonFiniteError(
-          f"step {step}: {self.consecutive} non-finite steps in a row (more than"
-          f" train.max_consecutive_skips={self.config.max_consecutive_skips}); stopping")
-    logging.warning("step %d: non-finite loss or gradients; update skipped (%d so far)", step,
-                    self.skipped)
-    return False
+    """Adds a finished step's metrics; False if its update was skipped (non-finite)."""
+    if not self.nonfinite.applied(step, m["nonfinite"]):
+      return False
+    for k in losses.SUM_KEYS:
+      if k in m:
+        self.interval[k] = self.interval.get(k, 0.0) + float(m[k])
+    return True
 
   def take_row(self, m: dict) -> dict[str, float]:
     """The interval's summary (then a new interval starts); empty if nothing was applied."""
     if not self.interval:
       return {}
     row = {**losses.summarize(self.interval), "learning_rate": float(m["learning_rate"]),
-           "grad_norm": float(m["grad_norm"]), "skipped_steps": self.skipped}
+           "grad_norm": float(m["grad_norm"]), "skipped_steps": self.nonfinite.skipped}
     self.interval = {}
     return row
 
   def state(self) -> dict:
-    return {"interval": dict(self.interval), "skipped": self.skipped,
-            "consecutive": self.consecutive}
+    return {"interval": dict(self.interval), **self.nonfinite.state()}
 
   def load(self, state: dict) -> None:
     self.interval = {k: float(v) for k, v in state["interval"].items()}
-    self.skipped, self.consecutive = int(state["skipped"]), int(state["consecutive"])
+    self.nonfinite.load(state)
 
 
-def evaluate(eval_step, params, run_input: input_lib.RunInput, config,
-             mesh) -> dict[str, float]:
+def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, config,
+                    mesh) -> dict[str, float]:
   """Held-out metrics over `train.eval_batches` fixed batches (the same masks every time)."""
   totals: dict[str, np.ndarray] = {}
   for batch in run_input.eval_batches(config):
@@ -121,8 +103,8 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
     return _Trainer(config, run).run(stop_after)
 
 
-class _Trainer:
-  """One training run; `run()` is the loop, the other methods its parts."""
+class _Trainer(loop.StepLoop):
+  """One training run; `run()` is the story, the other methods its parts and the loop's hooks."""
 
   def __init__(self, config, run: workdir_lib.Workdir):
     self.config, self.workdir = config, run
@@ -132,16 +114,18 @@ class _Trainer:
     self.phases = phases_lib.plan(config)
     self.feedback = masking_feedback.for_config(config.masking, vocab_size)
     self.loop = LoopState(config.train)
-    self.setup = steps.make_setup(config, vocab_size, self.mesh)
-    self.train_step = steps.make_train_step(self.setup, config, self.feedback.per_token_loss)
+    self.setup = train_state.make_setup(config, vocab_size, self.mesh)
+    self.train_step = steps.make_pretrain_step(self.setup, config, self.feedback.per_token_loss)
     self.eval_step = steps.make_eval_step(self.setup)
     self.ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
+    self.checkpoint_every = config.train.checkpoint_every_steps
     num_params = sum(int(np.prod(x.shape))
                      for x in jax.tree.leaves(self.setup.abstract_state["params"]))
     logging.info("Model: %s parameters; mesh %s on %d devices", f"{num_params:,}",
                  dict(self.mesh.shape), self.mesh.size)
     self.phase = self.phase_config = self.data = None
+    self.eval_metrics: dict[str, float] = {}
 
   def _open_phase(self, phase: phases_lib.Phase):
     """The input of `phase` (its first batch trains step phase.start + 1), prefetched onto
@@ -173,7 +157,7 @@ class _Trainer:
 
   def _peak_flops(self) -> float:
     """The mesh's rated peak at the compute dtype, else a matmul timed here (e.g. a CPU)."""
-    dtype = model_lib.compute_dtype(self.config.model.dtype)
+    dtype = bert.compute_dtype(self.config.model.dtype)
     peak = flops.rated_peak(self.mesh.devices.flat[0], dtype) or flops.measured_matmul_peak(dtype)
     return peak * self.mesh.size
 
@@ -183,25 +167,26 @@ class _Trainer:
         flops.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
                                     self.phase.seq_len, self.phase.max_predictions))
 
-  def _evaluate(self, step: int, params) -> dict[str, float]:
-    out = evaluate(self.eval_step, params, self.input, self.phase_config, self.mesh)
-    logging.info("eval at step %d: %s", step,
-                 ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
-    self.writer.write(step, out)
-    return out
-
-  def _eval_due(self, step: int) -> bool:
-    return step % self.config.train.eval_every_steps == 0 or step == self.config.train.steps
-
   def _eval_missing(self, step: int) -> bool:
     """An eval due at the resumed step that never reached metrics.jsonl (the run stopped
     between the checkpoint and the eval, or a preemption saved without evaluating)."""
-    missing = jax.process_index() == 0 and step > 0 and self._eval_due(step) and not any(
+    missing = jax.process_index() == 0 and step > 0 and self.eval_due(step) and not any(
         r["step"] == step and any(k.startswith("eval/") for k in r)
         for r in metrics_lib.rows(self.workdir.metrics))
     return distributed.allgather_json(missing)[0]  # process 0 holds the log
 
-  def _finish(self, step: int, device_metrics) -> None:
+  # ---- the loop's hooks (loop.StepLoop) ------------------------------------------------------
+  def before_step(self, step: int) -> None:
+    if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
+      self._open_phase(self.phases[self.phase.index + 1])
+      self._set_throughput_shapes()
+      logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
+                   self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
+
+  def next_batch(self, step: int) -> dict:
+    return next(self.data)
+
+  def finish(self, step: int, device_metrics) -> None:
     """Host side of one finished step: participants, and the log every `log_every_steps`."""
     m = jax.device_get(device_metrics)  # note: a host-device sync point (on the previous step)
     if step == self.start + 1:
@@ -215,6 +200,26 @@ class _Trainer:
         metrics_lib.log_progress(step, self.config.train.steps, row)
         self.writer.write(step, row)
 
+  def eval_due(self, step: int) -> bool:
+    return step % self.config.train.eval_every_steps == 0 or step == self.config.train.steps
+
+  def evaluate(self, step: int, state) -> None:
+    out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase_config,
+                          self.mesh)
+    logging.info("eval at step %d: %s", step,
+                 ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
+    self.writer.write(step, out)
+    self.throughput.update(step)  # keep eval time out of the next tokens/s
+    self.eval_metrics = out
+
+  def save(self, step: int, state) -> None:
+    self.ckpt.save(step, state, self.data, host={"loop": self.loop.state(),
+                                                 "feedback": self.feedback.state()})
+
+  def sync_due(self, step: int) -> bool:
+    return self.feedback.syncs_at(step)  # the feedback must see step `step` first
+
+  # ---- the run -------------------------------------------------------------------------------
   def run(self, stop_after: int | None) -> dict[str, float]:
     t = self.config.train
     self.start, state = self._restore()
@@ -224,48 +229,14 @@ class _Trainer:
     self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())
     self._set_throughput_shapes()
     last = t.steps if stop_after is None else min(t.steps, stop_after)
-    eval_metrics: dict[str, float] = {}
-    pending = None  # (step, metrics) of the step still in flight
     t0 = time.perf_counter()
     try:
       if self._eval_missing(self.start):
-        eval_metrics = self._evaluate(self.start, state["params"])
+        self.evaluate(self.start, state)
       if self.start >= t.steps:
         logging.info("Checkpoint step %d >= train.steps=%d: nothing to train", self.start,
                      t.steps)
-      for step in range(self.start, last):
-        if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
-          self._open_phase(self.phases[self.phase.index + 1])
-          self._set_throughput_shapes()
-          logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
-                       self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
-        state, step_metrics = self.train_step(state, next(self.data))
-        # At most two steps in flight: block on the previous one (needed by the CPU backend
-        # with many devices, and free elsewhere since the device is busy with this step).
-        if pending is not None:
-          self._finish(*pending)
-        pending = (step + 1, step_metrics)
-        done = step + 1
-        # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
-        preempted = self.ckpt.reached_preemption(done)
-        save = done % t.checkpoint_every_steps == 0 or done == last or preempted
-        evaluate_now = self._eval_due(done) and not preempted
-        if save or evaluate_now or self.feedback.syncs_at(done):
-          self._finish(*pending)  # the host state below must include step `done`
-          pending = None
-        if evaluate_now:  # before the checkpoint: a complete checkpoint implies its eval
-          eval_metrics = self._evaluate(done, state["params"])
-          self.throughput.update(done)  # keep eval time out of the next tokens/s
-        if save:
-          self.ckpt.save(done, state, self.data, host={"loop": self.loop.state(),
-                                                       "feedback": self.feedback.state()})
-        if preempted:
-          last = done
-          logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
-                          " the same command again to continue from there", done)
-          break
-      if pending is not None:
-        self._finish(*pending)
+      state, last, _ = self.run_steps(self.train_step, state, self.start, last)
     finally:  # also on errors: let a pending async save finish rather than lose it
       self.data.close()
       self.ckpt.close()
@@ -275,4 +246,4 @@ class _Trainer:
                    time.perf_counter() - t0, self.workdir.path)
     if jax.process_index() == 0 and metrics_lib.rows(self.workdir.metrics):
       learning_curves.save_curves([self.workdir.path], self.workdir.curves)
-    return eval_metrics
+    return self.eval_metrics

@@ -1,4 +1,4 @@
-"""The run folder: where everything of a run lives, and loading a finished run back.
+"""The run folder: where everything of a run lives (loading a finished run: finished_run.py).
 
     WORKDIR/
       config.json          the resolved config of the run
@@ -24,19 +24,13 @@ Only this module knows these names; every other module is handed the paths it wr
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 
 import jax
 import ml_collections
-from flax import nnx
 
-from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax import errors
-from mlmjax.parallel import sharding
-from mlmjax.training import steps
-from mlmjax.data import tokenizer as tokenizer_lib
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -105,59 +99,3 @@ class Workdir:
       raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
     with open(self.config, encoding="utf-8") as f:
       return ml_collections.ConfigDict(json.load(f))
-
-
-@dataclasses.dataclass
-class FinishedRun:
-  """A run's config, tokenizer and the state of one checkpoint, on one device."""
-
-  config: ml_collections.ConfigDict
-  tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
-  step: int
-  state: steps.State  # {"step", "params", "opt_state"}
-  setup: steps.Setup  # the mesh, shardings and graph it was restored onto
-
-  @property
-  def graphdef(self) -> nnx.GraphDef:
-    return self.setup.graphdef
-
-  def model(self):
-    """The NNX model holding the checkpoint's parameters."""
-    return nnx.merge(self.graphdef, self.state["params"])
-
-  @functools.cached_property
-  def _apply(self):
-    graphdef = self.graphdef
-    return jax.jit(lambda params, batch: nnx.merge(graphdef, params)(batch))
-
-  def forward(self, batch: dict) -> dict:
-    """The model's outputs on a host batch, compiled once per batch shape (op-by-op dispatch
-    of the NNX module is several times slower, even for one text)."""
-    return self._apply(self.state["params"], batch)
-
-
-def load_run(path: str, step: int | None = None,
-             mesh: jax.sharding.Mesh | None = None) -> FinishedRun:
-  """Checkpoint `step` (default: the latest) of the run in `path`, rebuilt from the run's own
-  config.json and tokenizer, whatever mesh trained it: on `mesh` (sharded by the run's
-  mesh.rules), by default on the first device."""
-  run = Workdir(path)
-  config = run.load_config()
-  tok = tokenizer_lib.load(run.saved_tokenizer())
-  if mesh is None:
-    config.mesh.shape = (1, 1, 1)
-    mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
-  setup = steps.make_setup(config, tok.vocab_size, mesh)
-  ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
-                                     config.train.max_checkpoints_to_keep)
-  try:
-    step = ckpt.latest_step() if step is None else step
-    if step is None:
-      raise errors.UserError(f"{path} has no checkpoint yet")
-    if step not in ckpt.all_steps():
-      raise errors.UserError(f"{path} has no checkpoint of step {step} (it has"
-                             f" {', '.join(map(str, ckpt.all_steps()))})")
-    state = ckpt.restore(step, setup.abstract_state).state
-  finally:
-    ckpt.close()
-  return FinishedRun(config, tok, step, state, setup)

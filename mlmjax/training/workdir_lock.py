@@ -27,8 +27,8 @@ import uuid
 from absl import logging
 import jax
 
-from mlmjax.parallel import distributed
 from mlmjax import errors
+from mlmjax.parallel import distributed
 
 
 class WorkdirBusyError(errors.UserError):

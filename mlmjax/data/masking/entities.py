@@ -34,6 +34,7 @@ from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import units
 from mlmjax.data.masking.uniforms import M1, mix64
+from mlmjax.models import special_ids
 
 
 class Gazetteer:
@@ -94,7 +95,7 @@ def load_gazetteer(path: str, tok: tokenizer_lib.Tokenizer) -> Gazetteer:
   with open(path, "r", encoding="utf-8", errors="replace") as f:
     phrases = [line.strip() for line in f if line.strip()]
   encoded = [np.asarray(ids, np.int32) for ids in tok.encode(phrases)]
-  kept = [ids for ids in encoded if len(ids) and ids.min() >= tokenizer_lib.NUM_SPECIAL]
+  kept = [ids for ids in encoded if len(ids) and ids.min() >= special_ids.NUM_SPECIAL]
   if len(kept) < len(encoded):
     logging.warning("masking.entity_gazetteer: %d of %d phrases contain unknown characters"
                     " and can never match; dropped", len(encoded) - len(kept), len(encoded))

@@ -29,15 +29,15 @@ from typing import Callable
 from absl import logging
 import numpy as np
 
-from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import settings as settings_lib
 from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms
 from mlmjax.data.masking import units
+from mlmjax.models import special_ids
 
-NS = tokenizer_lib.NUM_SPECIAL
+NS = special_ids.NUM_SPECIAL
 _WARN_MIN_ROWS, _WARN_FRACTION = 256, 0.05
 _STATIC_KEYS = ("segment_ids", "positions", "sequence_keys", "epochs")
 
@@ -108,7 +108,7 @@ class Masker:
       return self._static(batch, seed)
     ids = np.asarray(batch["input_ids"])
     seg = batch.get("segment_ids")
-    seg = (ids != tokenizer_lib.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
+    seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
     rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids),
                                 self.settings.mask_rate, self.settings.max_predictions)
     sel = strategies.SELECTORS[strategy](rows, self._ctx)
@@ -184,7 +184,7 @@ class Masker:
     else:
       random_ids = NS + np.floor(u * (self._vocab_size - NS)).astype(np.int64)
     pm, pr = self.settings.mask_token_prob, self.settings.random_token_prob
-    replacement = np.where(action < pm, tokenizer_lib.MASK_ID,
+    replacement = np.where(action < pm, special_ids.MASK_ID,
                            np.where(action < pm + pr, random_ids, ids))
     return np.where(sel.selected, replacement, ids).astype(ids.dtype)
 

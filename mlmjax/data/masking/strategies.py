@@ -33,13 +33,13 @@ from typing import Callable
 
 import numpy as np
 
-from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import settings as settings_lib
 from mlmjax.data.masking import spans
 from mlmjax.data.masking import uniforms
 from mlmjax.data.masking import units
+from mlmjax.models import special_ids
 
 
 @dataclasses.dataclass
@@ -55,7 +55,7 @@ class Rows:
 
   @classmethod
   def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int) -> "Rows":
-    maskable = (ids >= tokenizer_lib.NUM_SPECIAL) & (seg > 0)
+    maskable = (ids >= special_ids.NUM_SPECIAL) & (seg > 0)
     budget, want = settings_lib.budget(maskable.sum(axis=1), mask_rate, max_predictions)
     return cls(ids, seg, draws, maskable, budget, want)
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.models import special_ids
 
 
 def shift_right(x: np.ndarray, fill) -> np.ndarray:
@@ -29,7 +29,7 @@ def shift_right(x: np.ndarray, fill) -> np.ndarray:
 def word_starts(ids: np.ndarray, seg: np.ndarray, maskable: np.ndarray,
                 stats: vocab_stats_lib.VocabStats) -> np.ndarray:
   """[R, T] bool: the maskable tokens that start a word (module docstring)."""
-  prev_ids = shift_right(ids, tokenizer_lib.PAD_ID)
+  prev_ids = shift_right(ids, special_ids.PAD_ID)
   starts = (stats.word_start[ids] | stats.punctuation[prev_ids]
             | ~shift_right(maskable, False) | (seg != shift_right(seg, -1)))
   return starts & maskable

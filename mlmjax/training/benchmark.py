@@ -1,0 +1,181 @@
+"""What the benchmark commands measure, without the flags: `python -m mlmjax.bench` (the train
+step, the host pipeline, input wait) and `python -m mlmjax.input_bench` (the pipeline alone).
+
+The train step is timed on a fixed real batch, so the host pipeline is not in its numbers; the
+host pipeline is timed without a model; the input wait is that of a short real training run.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import numpy as np
+
+from mlmjax.data import prepared
+from mlmjax.data import run_input as input_lib
+from mlmjax.models import bert
+from mlmjax.models import flops
+from mlmjax.parallel import sharding
+from mlmjax.training import config_check
+from mlmjax.training import metrics
+from mlmjax.training import steps
+from mlmjax.training import train
+from mlmjax.training import train_state
+from mlmjax.training import workdir as workdir_lib
+
+
+def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_steps: int = 0
+            ) -> dict:
+  """The train step of `config` (`timed_steps` after 2 warm-up steps), its host pipeline for
+  `input_seconds` (0: not measured) and the input wait of a `loop_steps` training run (0: not
+  run), in a temporary workdir; one flat dict."""
+  config_check.check(config)
+  with tempfile.TemporaryDirectory() as tmp:
+    return _measure(config, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps)
+
+
+def _measure(config, run_dir: workdir_lib.Workdir, timed_steps: int, input_seconds: float,
+             loop_steps: int) -> dict:
+  inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
+  if not config.tokenizer.path and os.path.exists(run_dir.tokenizer):
+    # The input and loop measurements reuse the tokenizer just trained instead of each
+    # training it again.
+    config = copy.deepcopy(config)
+    config.tokenizer.path = run_dir.tokenizer
+  vocab_size = inp.tokenizer.vocab_size
+  it = inp.train_iter(config)
+  batch = next(it)
+  it.close()
+  out = {"device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
+         "dtype": str(np.dtype(bert.compute_dtype(config.model.dtype))),
+         "attention_impl": config.model.attention_impl, "remat": config.model.remat,
+         "scan_layers": config.model.scan_layers,
+         "batch": config.train.batch_size, "seq_len": config.data.seq_len}
+  out.update(_train_step(config, vocab_size, batch, timed_steps))
+  tokens = config.train.batch_size * config.data.seq_len
+  step_s = out["step_ms_median"] / 1e3
+  per_token = flops.train_flops_per_token(config, vocab_size)
+  achieved = per_token * tokens / step_s
+  out.update({
+      "tokens_per_sec": tokens / step_s,
+      "flops_per_step": per_token * tokens,
+      "flops_formula": "3 x [L x (2(4D^2 + 2DF) + 4TD) + (P/T) x 2(D^2 + DV)] per token",
+      "model_tflops_per_sec": achieved / 1e12,
+  })
+  measured = flops.measured_matmul_peak(bert.compute_dtype(config.model.dtype))
+  rated = flops.rated_peak(jax.devices()[0], bert.compute_dtype(config.model.dtype))
+  n = out["devices"]
+  out.update({
+      "matmul_peak_tflops_measured": measured * n / 1e12,
+      "mfu_measured_peak": achieved / (measured * n),
+      "rated_peak_tflops": None if rated is None else rated * n / 1e12,
+      "mfu_rated_peak": None if rated is None else achieved / (rated * n),
+  })
+  if input_seconds > 0:
+    out.update(_input(config, input_seconds))
+  if loop_steps > 0:
+    out["input_wait_fraction"] = _input_wait(config, loop_steps)
+  return out
+
+
+def _train_step(config, vocab_size: int, batch, timed_steps: int) -> dict:
+  mesh = sharding.make_mesh(config.mesh)
+  setup = train_state.make_setup(config, vocab_size, mesh)
+  step = steps.make_pretrain_step(setup, config)
+  state = setup.init_fn()
+  batch = sharding.to_device(batch, mesh)
+  t = time.perf_counter()
+  compiled = step.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t
+  m = compiled.memory_analysis()
+  state, out = compiled(state, batch)  # warm-up: first run allocates
+  state, out = compiled(state, batch)
+  jax.block_until_ready(out)
+  times = []
+  for _ in range(timed_steps):
+    t = time.perf_counter()
+    state, out = compiled(state, batch)
+    jax.block_until_ready(out)
+    times.append(time.perf_counter() - t)
+  stats = jax.devices()[0].memory_stats() or {}
+  return {
+      "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])),
+      "devices": mesh.size, "mesh": dict(mesh.shape),
+      "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
+      "compile_s": compile_s,
+      "compiled_memory_bytes_per_device": int(
+          m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+          - m.alias_size_in_bytes) if m is not None else None,
+      "peak_memory_bytes": stats.get("peak_bytes_in_use"),  # accelerators only
+  }
+
+
+def _input(config, seconds: float) -> dict:
+  """Input tokens/s alone: the config's, and with prepared data also its text's."""
+  out = {"input_tokens_per_sec": input_throughput(config, seconds)["tokens_per_sec"],
+         "input": f"{config.data.source}, {config.data.format}, {config.masking.strategy},"
+                  f" {config.data.worker_count} workers"}
+  raw = raw_text_config(config)
+  if raw is not None:
+    out["input_raw_tokens_per_sec"] = input_throughput(raw, seconds)["tokens_per_sec"]
+  return out
+
+
+def _input_wait(config, steps: int) -> float:
+  """The fraction of wall time a real training run of `steps` steps (in a temporary workdir)
+  waits for input, after its first logging interval (which holds the compilation)."""
+  c = copy.deepcopy(config)
+  c.train.update(steps=steps, log_every_steps=max(1, steps // 5), eval_every_steps=steps,
+                 eval_batches=1, checkpoint_every_steps=steps)
+  with tempfile.TemporaryDirectory() as tmp:
+    train.train_and_evaluate(c, tmp)
+    waits = [r["input_wait_fraction"] for r in metrics.rows(os.path.join(tmp, "metrics.jsonl"))
+             if "input_wait_fraction" in r]
+  return statistics.mean(waits[1:] or waits)
+
+
+def input_throughput(config, seconds: float = 3.0) -> dict:
+  """Batches of `config`'s training input made for `seconds` in this process (and its grain
+  workers, if `data.worker_count` > 0), after one warm-up batch (worker start-up, the first
+  window). Tokenizer and stats come from `config` or the prepared data, as in a run."""
+  with tempfile.TemporaryDirectory() as tmp:
+    run_dir = workdir_lib.Workdir(tmp)
+    inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
+  it = inp.train_iter(config)
+  try:
+    next(it)
+    tokens = real = batches = 0
+    start, cpu_start = time.perf_counter(), time.process_time()
+    while time.perf_counter() - start < seconds:
+      batch = next(it)
+      tokens += batch["input_ids"].size
+      real += int((batch["segment_ids"] > 0).sum())
+      batches += 1
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+  finally:
+    it.close()
+  d = config.data
+  out = {"source": d.source, "format": d.format, "strategy": config.masking.strategy,
+         "seq_len": d.seq_len, "batch_size": config.train.batch_size,
+         "worker_count": d.worker_count, "batches": batches,
+         "tokens_per_sec": round(tokens / elapsed), "real_tokens_per_sec": round(real / elapsed)}
+  if not d.worker_count:  # this process did all the work: its CPU time ignores other load
+    out["tokens_per_cpu_sec"] = round(tokens / cpu)
+  return out
+
+
+def raw_text_config(config):
+  """With prepared data, the same config reading the text it was prepared from with the same
+  tokenizer (the cost of tokenizing every epoch); else None."""
+  if not prepared.is_prepared(config.data.source):
+    return None
+  data = prepared.open_source(config.data.source)
+  raw = copy.deepcopy(config)
+  raw.data.source = data.manifest["source"]
+  raw.tokenizer.path = data.tokenizer_path
+  return raw

@@ -1,0 +1,116 @@
+"""The step loop that pretraining (train.py) and fine-tuning (finetuning/trainer.py) share.
+
+    for each step: [before] -> train step -> finish the previous step on the host -> at the
+    due steps: evaluate, checkpoint -> on a preemption notice: checkpoint and stop
+
+Each loop says what its steps, evaluations and checkpoints are (the hooks of `StepLoop`); the
+order of things, the two-steps-in-flight rule, preemption and the non-finite policy are here,
+once, so both loops behave alike.
+"""
+
+from __future__ import annotations
+
+from absl import logging
+
+from mlmjax import errors
+
+
+class NonFiniteError(errors.UserError):
+  """Training produced a NaN/Inf loss or gradient and the policy says stop."""
+
+
+class NonFinitePolicy:
+  """`train.nonfinite_policy` and `train.max_consecutive_skips`: a non-finite step changed
+  nothing (the optimizer skipped it); 'stop' ends the run at once, 'skip' goes on unless more
+  than max_consecutive_skips steps in a row were skipped. Its counters are checkpointed."""
+
+  def __init__(self, train_config):
+    self.policy, self.max_consecutive = train_config.nonfinite_policy, train_config.max_consecutive_skips
+    self.skipped, self.consecutive = 0, 0
+
+  def applied(self, step: int, nonfinite) -> bool:
+    """False if step `step`'s update was skipped (after applying the policy: raise or warn)."""
+    if not nonfinite:
+      self.consecutive = 0
+      return True
+    self.skipped += 1
+    self.consecutive += 1
+    if self.policy == "stop":
+      raise NonFiniteError(
+          f"step {step}: non-finite loss or gradients; the update was not applied and nothing"
+          " after the last checkpoint was saved (lower train.learning_rate, or set"
+          " train.nonfinite_policy='skip')")
+    if self.consecutive > self.max_consecutive:
+      raise NonFiniteError(
+          f"step {step}: {self.consecutive} non-finite steps in a row (more than"
+          f" train.max_consecutive_skips={self.max_consecutive}); stopping")
+    logging.warning("step %d: non-finite loss or gradients; update skipped (%d so far)", step,
+                    self.skipped)
+    return False
+
+  def state(self) -> dict:
+    return {"skipped": self.skipped, "consecutive": self.consecutive}
+
+  def load(self, state: dict) -> None:
+    self.skipped, self.consecutive = int(state["skipped"]), int(state["consecutive"])
+
+
+class StepLoop:
+  """The loop; a subclass gives its hooks and `self.ckpt` (a checkpoint.Checkpointer)."""
+
+  checkpoint_every: int
+
+  def before_step(self, step: int) -> None:
+    """Called before the step that trains step + 1 (e.g. to open the next phase's input)."""
+
+  def next_batch(self, step: int):
+    raise NotImplementedError
+
+  def finish(self, step: int, device_metrics) -> None:
+    """The host side of finished step `step` (its metrics are still on the device)."""
+    raise NotImplementedError
+
+  def eval_due(self, step: int) -> bool:
+    raise NotImplementedError
+
+  def evaluate(self, step: int, state) -> None:
+    raise NotImplementedError
+
+  def save(self, step: int, state) -> None:
+    raise NotImplementedError
+
+  def sync_due(self, step: int) -> bool:
+    """Whether the host must have finished step `step` before the next one is dispatched."""
+    return False
+
+  def run_steps(self, train_step, state, start: int, last: int) -> tuple[object, int, bool]:
+    """Trains steps start+1..last; returns (state, the last step done, preempted)."""
+    pending = None  # (step, metrics) of the step still in flight
+    done = start
+    for step in range(start, last):
+      self.before_step(step)
+      state, step_metrics = train_step(state, self.next_batch(step))
+      # At most two steps in flight: block on the previous one (needed by the CPU backend
+      # with many devices, and free elsewhere since the device is busy with this step).
+      if pending is not None:
+        self.finish(*pending)
+      pending = (step + 1, step_metrics)
+      done = step + 1
+      # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
+      preempted = self.ckpt.reached_preemption(done)
+      save = done % self.checkpoint_every == 0 or done == last or preempted
+      evaluate_now = self.eval_due(done) and not preempted
+      if save or evaluate_now or self.sync_due(done):
+        self.finish(*pending)  # what is evaluated or saved below includes step `done`
+        pending = None
+      if evaluate_now:  # before the checkpoint: a complete checkpoint implies its evaluation
+        self.evaluate(done, state)
+      if save:
+        self.save(done, state)
+      if preempted:
+        logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
+                        " the same command again to continue from there", done)
+        return state, done, True
+    if pending is not None:
+      self.finish(*pending)
+    return state, done, False

@@ -1,0 +1,119 @@
+"""The train state on a mesh: `{"step", "params", "opt_state"}`, sharded, and how to build it.
+
+params are the model's `nnx.to_pure_dict` (a nested dict of arrays), so orbax, optax and jit see
+ordinary pytrees and the NNX module is rebuilt inside jit with `nnx.merge` (trace-time only, no
+per-step cost). `Setup` holds what the steps need: the graph, the optimizer, the shardings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from mlmjax.data import formats
+from mlmjax.models import bert
+from mlmjax.models import electra
+from mlmjax.models import param_names
+from mlmjax.parallel import sharding
+from mlmjax.training import optimizer
+
+State = dict[str, Any]
+
+
+@dataclasses.dataclass
+class Setup:
+  """Everything the loop needs to run steps on a mesh."""
+
+  graphdef: nnx.GraphDef
+  tx: optax.GradientTransformation
+  mesh: jax.sharding.Mesh
+  state_shardings: State
+  # The parameters' shardings during forward/backward: gathered over fsdp (sharding.py); each
+  # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
+  compute_shardings: dict
+  layer_shardings: dict[str, dict]
+  abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
+  init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
+
+  def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
+    """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
+    front, each block's weights only when that block runs; autodiff turns each gather into
+    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
+    def gather_outside_blocks(path, p, s):
+      if "blocks" in param_names.path_keys(path):
+        return p
+      return jax.lax.with_sharding_constraint(p, s)
+    params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
+                                              self.compute_shardings)
+    model = nnx.merge(self.graphdef, params)
+    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+
+
+def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
+  """{"blocks": one layer's shardings} (ELECTRA: "generator/blocks", "discriminator/blocks"):
+  a slice of the stacked shardings, or the first layer's (all layers shard alike)."""
+  out = {}
+
+  def visit(tree, path):
+    for key, sub in tree.items():
+      if key == "blocks":
+        out["/".join(path + [key])] = (sharding.drop_leading_axis(sub)
+                                       if scan_layers else sub[0])
+      elif isinstance(sub, dict):
+        visit(sub, path + [key])
+  visit(compute, [])
+  return out
+
+
+def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
+  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
+  if config.objective.kind == "electra":
+    return electra.ElectraForPretraining(config.model, config.objective, vocab_size,
+                                         nnx.Rngs(params=seed))
+  return bert.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
+                                 nsp_head=formats.has_pair_labels(config.data.format),
+                                 sbo_head=config.objective.span_boundary_weight > 0)
+
+
+def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
+  """The pretraining model of `config` with its optimizer (`config.train`), sharded by
+  `config.mesh.rules`."""
+  return sharded_setup(lambda: build_model(config, vocab_size, config.seed),
+                       optimizer.make_optimizer(config.train), mesh, config.mesh.rules,
+                       config.model.scan_layers)
+
+
+def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,
+                  mesh: jax.sharding.Mesh, rules, scan_layers: bool) -> Setup:
+  """The Setup of any module `build` makes (the pretraining model, a fine-tuning classifier):
+  shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded, so
+  full parameters are never materialised on one device. `rules`: the logical axis rules;
+  `scan_layers`: whether the layer stacks are stacked arrays (their per-layer shardings)."""
+  abstract_model = nnx.eval_shape(build)
+  graphdef, abstract_params_state = nnx.split(abstract_model)
+  param_shardings = sharding.param_shardings(abstract_params_state, mesh, rules)
+
+  def init() -> State:
+    params = nnx.to_pure_dict(nnx.state(build()))
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": tx.init(params)}
+
+  abstract = jax.eval_shape(init)
+  replicated = sharding.replicated(mesh)
+  # Optimizer moments (Adam/LAMB mu, nu) are sharded exactly like their parameters (so FSDP
+  # shards them too); counters and other non-parameter leaves are replicated scalars.
+  opt_shardings = optax.tree_map_params(
+      tx, lambda _, s: s, abstract["opt_state"], param_shardings,
+      transform_non_params=lambda _: replicated)
+  state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
+  compute = sharding.compute_shardings(param_shardings)
+  return Setup(
+      graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
+      compute_shardings=compute, layer_shardings=_layer_shardings(compute, scan_layers),
+      abstract_state=sharding.with_shardings(abstract, state_shardings),
+      init_fn=jax.jit(init, out_shardings=state_shardings))
