@@ -9,16 +9,17 @@ import pytest
 from mlmjax.data import formats
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.models import special_ids
 
 
 def test_tokenizer_special_ids_and_roundtrip(tokenizer_path, tmp_path):
   tok = tok_lib.Tokenizer.load(tokenizer_path)
   assert [tok.id_to_piece(i) for i in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
   ids = tok.encode(["And God said, Let there be light: and there was light."])[0]
-  assert min(ids) >= tok_lib.NUM_SPECIAL
+  assert min(ids) >= special_ids.NUM_SPECIAL
   assert tok.decode(ids) == "And God said, Let there be light: and there was light."
   # A literal "[MASK]" in text is not the control symbol.
-  assert tok_lib.MASK_ID not in tok.encode(["a [MASK] b"])[0]
+  assert special_ids.MASK_ID not in tok.encode(["a [MASK] b"])[0]
   bad = tmp_path / "bad.model"
   bad.write_bytes(b"not a model")
   with pytest.raises(tok_lib.TokenizerError, match="not a sentencepiece model"):
@@ -79,7 +80,7 @@ def test_rows_of_a_long_document_spread_over_batches(data_format, micro_config, 
         batch["masked_ids"][batch["masked_weights"] > 0])
     owners = []
     for ids in original:
-      pairs = re.findall(r"(\w+) saw (\w+)", tok.decode([i for i in ids if i >= tok_lib.NUM_SPECIAL]))
+      pairs = re.findall(r"(\w+) saw (\w+)", tok.decode([i for i in ids if i >= special_ids.NUM_SPECIAL]))
       owners.append(collections.Counter(pairs).most_common(1)[0][0])
     assert collections.Counter(owners).most_common(1)[0][1] <= 4, owners
 

@@ -7,17 +7,18 @@ import pytest
 from mlmjax.data import formats
 from mlmjax.data import sentences
 from mlmjax.data import tokenizer as tok
+from mlmjax.models import special_ids
 
 NUM_DOCS = 40
 
 
 def _token(doc, sentence, k):
-  return tok.NUM_SPECIAL + 10_000 * doc + 100 * sentence + k
+  return special_ids.NUM_SPECIAL + 10_000 * doc + 100 * sentence + k
 
 
 def _origin(ids):
   """token ids -> (doc, sentence) arrays (specials excluded by the caller)."""
-  x = np.asarray(ids) - tok.NUM_SPECIAL
+  x = np.asarray(ids) - special_ids.NUM_SPECIAL
   return x // 10_000, (x % 10_000) // 100
 
 
@@ -69,10 +70,10 @@ def test_single_sequence_formats_keep_documents_apart(data_format):
   for row in rows:
     ids, seg = row["input_ids"], row["segment_ids"]
     assert ids.shape == (48,) and row["token_type_ids"].max() == 0
-    real = ids >= tok.NUM_SPECIAL
+    real = ids >= special_ids.NUM_SPECIAL
     for s in np.unique(seg[seg > 0]):
       in_seg = seg == s
-      assert ids[in_seg][0] == tok.CLS_ID and ids[in_seg][-1] == tok.SEP_ID
+      assert ids[in_seg][0] == special_ids.CLS_ID and ids[in_seg][-1] == special_ids.SEP_ID
       np.testing.assert_array_equal(row["positions"][in_seg], np.arange(in_seg.sum()))
       doc, sent = _origin(ids[in_seg & real])
       assert len(set(doc)) == 1  # a sequence never crosses a document
@@ -93,7 +94,7 @@ def test_full_sentences_chunks_are_whole_sentences():
       # Every sentence in a chunk starts at k = 0 unless it is longer than the chunk.
       starts = np.flatnonzero(np.diff(sent, prepend=-1))
       for i in starts[1:]:
-        assert (chunk[i] - tok.NUM_SPECIAL) % 100 == 0
+        assert (chunk[i] - special_ids.NUM_SPECIAL) % 100 == 0
 
 
 @pytest.mark.parametrize("data_format", ["segment_pair", "sentence_pair"])
@@ -104,8 +105,8 @@ def test_nsp_labels_are_balanced_and_negatives_come_from_other_documents(data_fo
   assert abs(labels.mean() - 0.5) < 4 * np.sqrt(0.25 / n)
   for row, label in zip(rows, labels):
     ids, types = row["input_ids"], row["token_type_ids"]
-    seps = np.flatnonzero(ids == tok.SEP_ID)
-    assert ids[0] == tok.CLS_ID and len(seps) == 2
+    seps = np.flatnonzero(ids == special_ids.SEP_ID)
+    assert ids[0] == special_ids.CLS_ID and len(seps) == 2
     assert np.all(types[:seps[0] + 1] == 0) and np.all(types[seps[0] + 1:seps[1] + 1] == 1)
     doc_a, sent_a = _origin(ids[1:seps[0]])
     doc_b, sent_b = _origin(ids[seps[0] + 1:seps[1]])
@@ -123,10 +124,10 @@ def test_sop_swaps_half_the_time_within_one_document():
   assert abs(labels.mean() - 0.5) < 4 * np.sqrt(0.25 / len(labels))
   for row, label in zip(rows, labels):
     ids = row["input_ids"]
-    seps = np.flatnonzero(ids == tok.SEP_ID)
-    a = ids[1:seps[0]] - tok.NUM_SPECIAL
-    b = ids[seps[0] + 1:seps[1]] - tok.NUM_SPECIAL
-    assert len(set(_origin(np.concatenate([a, b]) + tok.NUM_SPECIAL)[0])) == 1
+    seps = np.flatnonzero(ids == special_ids.SEP_ID)
+    a = ids[1:seps[0]] - special_ids.NUM_SPECIAL
+    b = ids[seps[0] + 1:seps[1]] - special_ids.NUM_SPECIAL
+    assert len(set(_origin(np.concatenate([a, b]) + special_ids.NUM_SPECIAL)[0])) == 1
     # Token ids grow along a document: swapped means B's tokens come before A's.
     assert (b.max() < a.min()) if label == 1 else (a.max() < b.min())
 
@@ -148,7 +149,7 @@ def test_packing_keeps_every_sequence_exactly_once():
   seen = []
   for row in rows:
     ids, seg = row["input_ids"], row["segment_ids"]
-    assert np.all(ids[seg == 0] == tok.PAD_ID)
+    assert np.all(ids[seg == 0] == special_ids.PAD_ID)
     for s in np.unique(seg[seg > 0]):
       where = np.flatnonzero(seg == s)
       assert np.all(np.diff(where) == 1)  # contiguous
@@ -178,7 +179,7 @@ def test_single_sentences_are_cut_at_word_starts(data_format, tokenizer_path, co
   assert len(cut) > 50
   for row in cut:
     ids = row["input_ids"]
-    seps = np.flatnonzero(ids == tok.SEP_ID)
+    seps = np.flatnonzero(ids == special_ids.SEP_ID)
     assert word_start[ids[1]] and word_start[ids[seps[0] + 1]]
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from configs import base
 from mlmjax.data import masking
-from mlmjax.data import tokenizer as tok
 from mlmjax.data import vocab_stats
 from mlmjax.data.masking import uniforms
+from mlmjax.models import special_ids
 
 VOCAB = 1000
 
@@ -24,13 +24,13 @@ def _stats():
 def _batch(rows=64, length=128, seed=0):
   """Packed-looking rows: [CLS] words [SEP] [CLS] words [SEP] then [PAD]s, some [UNK]s."""
   rng = np.random.default_rng(seed)
-  ids = rng.integers(tok.NUM_SPECIAL, VOCAB, size=(rows, length)).astype(np.int32)
-  ids[:, 0] = tok.CLS_ID
-  ids[:, 50] = tok.SEP_ID
-  ids[:, 51] = tok.CLS_ID
-  ids[:, 100] = tok.SEP_ID
-  ids[:, 101:] = tok.PAD_ID
-  ids[:, 7] = tok.UNK_ID
+  ids = rng.integers(special_ids.NUM_SPECIAL, VOCAB, size=(rows, length)).astype(np.int32)
+  ids[:, 0] = special_ids.CLS_ID
+  ids[:, 50] = special_ids.SEP_ID
+  ids[:, 51] = special_ids.CLS_ID
+  ids[:, 100] = special_ids.SEP_ID
+  ids[:, 101:] = special_ids.PAD_ID
+  ids[:, 7] = special_ids.UNK_ID
   return {"input_ids": ids}
 
 
@@ -60,7 +60,7 @@ def test_selection_rate_and_specials():
     pos = out["masked_positions"][w > 0]
     rows = np.nonzero(w > 0)[0]
     original = batch["input_ids"][rows, pos]
-    assert np.all(original >= tok.NUM_SPECIAL), "special or pad token selected"
+    assert np.all(original >= special_ids.NUM_SPECIAL), "special or pad token selected"
     np.testing.assert_array_equal(out["masked_ids"][w > 0], original)
     # Padding slots are zero and never alter the input.
     assert np.all(out["masked_positions"][w == 0] == 0)
@@ -81,9 +81,9 @@ def test_random_replacements_are_uniform_non_special():
   out = _mask(batch, 3, mask_token_prob=0.0, random_token_prob=1.0)
   w = out["masked_weights"] > 0
   new = out["input_ids"][np.nonzero(w)[0], out["masked_positions"][w]]
-  assert new.min() >= tok.NUM_SPECIAL and new.max() < VOCAB
+  assert new.min() >= special_ids.NUM_SPECIAL and new.max() < VOCAB
   # Mean of a uniform over [5, 1000) is 502; sd of the mean is ~287/sqrt(3584) ~ 4.8.
-  assert abs(new.mean() - (VOCAB - 1 + tok.NUM_SPECIAL) / 2) < 25
+  assert abs(new.mean() - (VOCAB - 1 + special_ids.NUM_SPECIAL) / 2) < 25
 
 
 def test_pure_function_of_seed_step_example():
@@ -106,7 +106,7 @@ def test_pure_function_of_seed_step_example():
 
 def test_budget_caps_at_max_predictions_and_empty_rows():
   batch = _batch(rows=4)
-  batch["input_ids"][1] = tok.PAD_ID  # an all-padding row (e.g. eval padding)
+  batch["input_ids"][1] = special_ids.PAD_ID  # an all-padding row (e.g. eval padding)
   out = _mask(batch, max_predictions_per_seq=5)
   assert out["masked_positions"].shape == (4, 5)
   np.testing.assert_array_equal(out["masked_weights"].sum(1), [5, 0, 5, 5])
@@ -114,10 +114,10 @@ def test_budget_caps_at_max_predictions_and_empty_rows():
 
 @pytest.mark.parametrize("length", [1, 3])
 def test_tiny_rows_still_get_one_prediction(length):
-  ids = np.full((2, length + 2), tok.PAD_ID, np.int32)
-  ids[:, 0] = tok.CLS_ID
+  ids = np.full((2, length + 2), special_ids.PAD_ID, np.int32)
+  ids[:, 0] = special_ids.CLS_ID
   ids[:, 1:1 + length] = 42
-  ids[:, 1 + length] = tok.SEP_ID
+  ids[:, 1 + length] = special_ids.SEP_ID
   out = _mask({"input_ids": ids})
   assert np.all(out["masked_weights"].sum(1) == 1)  # BERT: at least one per non-empty row
 

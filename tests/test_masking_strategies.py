@@ -25,8 +25,9 @@ from mlmjax.data.masking import spans
 from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms
 from mlmjax.data.masking import units
+from mlmjax.models import special_ids
 
-NS = tok_lib.NUM_SPECIAL
+NS = special_ids.NUM_SPECIAL
 ROWS, LEN, P = 256, 128, 20
 ALL = masking.STRATEGIES
 MIX = "random=0.5,span=0.3,whole_word=0.2"
@@ -114,8 +115,8 @@ def _split(out):
   w = out["masked_weights"] > 0
   new = out["input_ids"][np.nonzero(w)[0], out["masked_positions"][w]]
   old = out["masked_ids"][w]
-  return np.array([np.sum(new == tok_lib.MASK_ID),
-                   np.sum((new != tok_lib.MASK_ID) & (new != old)), np.sum(new == old)])
+  return np.array([np.sum(new == special_ids.MASK_ID),
+                   np.sum((new != special_ids.MASK_ID) & (new != old)), np.sum(new == old)])
 
 
 def _synthetic_stats(counts):
@@ -259,7 +260,7 @@ def test_word_rule_splits_punctuation(tok, stats, packed, words):
   np.testing.assert_array_equal(starts, (words >= 0) & (np.diff(words, prepend=-1) != 0))
   # Punctuation pieces are words of their own.
   text = "And Moses said, Let my people go: and they went."
-  ids = np.array([[tok_lib.CLS_ID] + tok.encode([text])[0] + [tok_lib.SEP_ID]], np.int32)
+  ids = np.array([[special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]], np.int32)
   starts = units.word_starts(ids, np.ones_like(ids), ids >= NS, stats)[0]
   pieces = [tok.id_to_piece(i) for i in ids[0]]
   for c, p in enumerate(pieces):
@@ -335,7 +336,7 @@ def test_span_one_decision_per_span(stats, long_rows):
     for u in range(unit.max() + 1):
       at = unit == u
       new, old = out["input_ids"][at], long_rows["input_ids"][at]
-      is_mask = new == tok_lib.MASK_ID
+      is_mask = new == special_ids.MASK_ID
       assert is_mask.all() or not is_mask.any(), "a span mixes [MASK] and other tokens"
       if not is_mask.any():  # all random or all kept (a random token may equal the original)
         assert np.all(new == old) or np.mean(new != old) >= 0.5
@@ -392,7 +393,7 @@ def test_entities_masked_completely_or_not_at_all(tok, stats, packed, gazetteer)
 def test_entity_heuristic_catches_and_misses(tok, stats):
   text = ("And the LORD God spake unto Moses. Then Simon Peter went with John Mark to Jerusalem,"
           " and Pharaoh saw it.")
-  ids = np.array([[tok_lib.CLS_ID] + tok.encode([text])[0] + [tok_lib.SEP_ID]], np.int32)
+  ids = np.array([[special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]], np.int32)
   batch = {"input_ids": ids, "segment_ids": np.ones_like(ids)}
 
   def found(gazetteer=None, heuristic=True):
@@ -414,10 +415,10 @@ def _two_class_batch(rows, n_a, n_b, length=32):
   """Rows of [CLS] n_a tokens of class A (ids 5..504), n_b of class B (505..999) [SEP]."""
   rng = np.random.default_rng(0)
   ids = np.zeros((rows, length), np.int32)
-  ids[:, 0] = tok_lib.CLS_ID
+  ids[:, 0] = special_ids.CLS_ID
   ids[:, 1:1 + n_a] = rng.integers(5, 505, (rows, n_a))
   ids[:, 1 + n_a:1 + n_a + n_b] = rng.integers(505, 1000, (rows, n_b))
-  ids[:, 1 + n_a + n_b] = tok_lib.SEP_ID
+  ids[:, 1 + n_a + n_b] = special_ids.SEP_ID
   perm = np.argsort(rng.random((rows, n_a + n_b)), axis=1) + 1  # shuffle A/B within rows
   ids[:, 1:1 + n_a + n_b] = np.take_along_axis(ids, perm, axis=1)
   return {"input_ids": ids, "segment_ids": (ids > 0).astype(np.int32)}
@@ -573,7 +574,7 @@ def test_static_masks_repeat_with_period_dupe_factor(tok, corpus, stats):
 def test_static_row_truncation_keeps_units_whole(tok, stats):
   # 20 sequences of one short word pair each want 1 prediction apiece; the row holds only 5.
   ids = tok.encode(["Moses said"])[0]
-  seq = [tok_lib.CLS_ID] + ids + [tok_lib.SEP_ID]
+  seq = [special_ids.CLS_ID] + ids + [special_ids.SEP_ID]
   n = len(seq)
   rows, length = 2, 20 * n
   batch = {k: np.zeros((rows, length), np.int32) for k in ("input_ids", "segment_ids",
@@ -669,9 +670,9 @@ def test_truncation_warning_once(stats, long_rows, caplog):
 def test_degenerate_rows(strategy, stats, gazetteer):
   """Empty rows, rows of one token, rows of only [UNK], rows shorter than P."""
   ids = np.zeros((4, 6), np.int32)
-  ids[1, :3] = [tok_lib.CLS_ID, 42, tok_lib.SEP_ID]
-  ids[2, :3] = [tok_lib.CLS_ID, tok_lib.UNK_ID, tok_lib.SEP_ID]
-  ids[3, :6] = [tok_lib.CLS_ID, 42, 43, 44, 45, tok_lib.SEP_ID]
+  ids[1, :3] = [special_ids.CLS_ID, 42, special_ids.SEP_ID]
+  ids[2, :3] = [special_ids.CLS_ID, special_ids.UNK_ID, special_ids.SEP_ID]
+  ids[3, :6] = [special_ids.CLS_ID, 42, 43, 44, 45, special_ids.SEP_ID]
   seg = (ids > 0).astype(np.int32)
   batch = {"input_ids": ids, "segment_ids": seg, "positions": np.cumsum(seg, 1) - 1,
            "sequence_keys": seg.astype(np.uint64) * np.arange(4, dtype=np.uint64)[:, None],
@@ -686,7 +687,7 @@ def test_degenerate_rows(strategy, stats, gazetteer):
 def test_span_boundaries_of_a_hand_built_row():
   """Two words, [60 20 21] and [61 22] (ids >= 50 start words), masked whole as two spans of
   one word: each slot gets the positions just outside its own span and its offset in it."""
-  ids = np.array([[tok_lib.CLS_ID, 60, 20, 21, 61, 22, tok_lib.SEP_ID]], np.int32)
+  ids = np.array([[special_ids.CLS_ID, 60, 20, 21, 61, 22, special_ids.SEP_ID]], np.int32)
   counts = np.ones(100, np.int64)
   stats = _synthetic_stats(counts)
   stats.word_start[:50] = False

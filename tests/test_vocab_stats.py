@@ -7,8 +7,9 @@ import pytest
 
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.data import vocab_stats
+from mlmjax.models import special_ids
 
-NS = tok_lib.NUM_SPECIAL
+NS = special_ids.NUM_SPECIAL
 
 
 def test_piece_tables():

@@ -239,7 +239,7 @@ def make_rows(docs: Iterable[Document], data_format: str, seq_len: int, seed: in
               num_bins: int, random_document=None, keep_origin: bool = False,
               word_start: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Documents -> rows (dicts of [seq_len] arrays, `nsp_labels` a scalar), one at a time, built
-  as the pipeline builds them (rows.py; the pipeline keeps whole batches together, stream.py).
+  as the pipeline builds them (rows.py; the pipeline keeps whole batches together, shard_walk.py).
 
   `num_bins`: rows filled at once by first-fit packing. `keep_origin`: add `sequence_keys` and
   `epochs` (static masking needs them). `word_start`: see PairMaker. The rows still open when

@@ -6,7 +6,7 @@ losses rely on them. A Hugging Face tokenizer has its own (BERT: [PAD]=0 [UNK]=1
 [SEP]=102 [MASK]=103; RoBERTa: <s>=0 <pad>=1 </s>=2 <unk>=3 <mask>=50264). `HFTokenizer`
 hands out mlmjax ids through a permutation that swaps the five special tokens into ids 0-4 and
 leaves every other id where it was (`vocab_to_hf[mlmjax id] = HF id`); importing a checkpoint
-permutes its embedding rows the same way (hf_convert.py). Rather than rewriting the
+permutes its embedding rows the same way (hf/convert.py). Rather than rewriting the
 tokenizer's vocabulary, this keeps its files exactly as published: they are saved unchanged in
 the workdir, the permutation is a function of them (nothing else to store), and an export
 writes the weights back in the tokenizer's own ids, next to the same files.

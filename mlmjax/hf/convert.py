@@ -14,7 +14,7 @@ Where the two models differ in more than names, the conversion keeps the functio
 - Rotary layout: mlmjax rotates the pairs (i, i + H/2) of each head (rotate-half); RoFormer the
   pairs (2i, 2i+1), both at frequency base^(-2i/H). Permuting the query and key output columns
   of each head the same way maps one onto the other (q.k is unchanged by a shared permutation).
-- Token type 0 adds nothing in mlmjax (model.py: a row shared by every token only slows
+- Token type 0 adds nothing in mlmjax (models/bert.py: a row shared by every token only slows
   learning), HF always adds row 0. Export writes row 0 as zeros; import folds HF's row 0 into
   the position table (pos' = pos + T0, T'[k] = T[k] - T0: the same sum for every type). A
   rotary model has no position table: there T0 goes into the token embedding, which the tied

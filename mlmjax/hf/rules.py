@@ -1,5 +1,5 @@
 """The name rules between mlmjax parameters and transformers' tensors: one table per
-architecture, one rule per mlmjax leaf (hf_convert.py applies them in both directions).
+architecture, one rule per mlmjax leaf (convert.py applies them in both directions).
 
   bert, roberta   BERT's post-LN block and heads (RoBERTa's MLM head names)
   roformer        the same block with rotary attention (query/key columns permuted per head)

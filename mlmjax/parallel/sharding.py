@@ -1,7 +1,7 @@
 """Device mesh and shardings: one code path for data parallel, FSDP and tensor parallel.
 
 The mesh always has the axes ('data', 'fsdp', 'tensor'); pure data parallelism is simply
-`mesh.shape = (-1, 1, 1)`. Parameters name their dimensions with logical axes (model.py);
+`mesh.shape = (-1, 1, 1)`. Parameters name their dimensions with logical axes (models/layers.py);
 `config.mesh.rules` maps each logical name to a mesh axis (or None: replicated).
 
 - data:   the batch is split over it; parameters are replicated (gradients all-reduced).
