@@ -77,9 +77,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.random_token_prob = 0.1
   # Fixed number of prediction slots per row (padded with weight 0). BERT: 20 for seq 128.
   config.masking.max_predictions_per_seq = 20
-  # Which tokens are chosen (see mlmjax/data/masking/strategies.py): 'random' (BERT/RoBERTa), 'whole_word',
-  # 'span' (SpanBERT), 'entity' (ERNIE), 'frequency', 'mixture', 'static' (BERT's fixed
-  # dupe_factor masks), 'adaptive' (weights fed back from the per-token training loss).
+  # Which tokens are chosen (see mlmjax/data/masking/strategies.py): 'random' (BERT/RoBERTa),
+  # 'whole_word', 'span' (SpanBERT), 'entity' (ERNIE), 'frequency', 'mixture', 'static' (BERT's
+  # fixed dupe_factor masks), 'adaptive' (weights fed back from the per-token training loss).
   config.masking.strategy = "random"
   # How the random-token replacements are drawn: 'uniform', or 'unigram' (corpus frequencies).
   config.masking.replacement = "uniform"
@@ -237,9 +237,9 @@ def get_config() -> ml_collections.ConfigDict:
   # (-1, 1, 1) is pure data parallelism; (1, -1, 1) FSDP (the batch is split over data and
   # fsdp, parameters and optimizer state over fsdp); (-1, 1, 2) data x 2-way tensor parallel.
   config.mesh.shape = (-1, 1, 1)
-  # Logical parameter axis -> mesh axis (None: replicated); see mlmjax/parallel/sharding.py. A mesh axis
-  # shards at most one dimension per parameter; a dimension it does not divide is replicated
-  # (with a warning naming the parameters). Axes of size 1 make their rules no-ops.
+  # Logical parameter axis -> mesh axis (None: replicated); see mlmjax/parallel/sharding.py. A
+  # mesh axis shards at most one dimension per parameter; a dimension it does not divide is
+  # replicated (with a warning naming the parameters). Axes of size 1 make their rules no-ops.
   config.mesh.rules = (
       ("embed", "fsdp"),  # the hidden dimension of every matrix and embedding: ZeRO-3 storage
       ("mlp", "tensor"),  # MLP hidden units (Megatron column/row split)

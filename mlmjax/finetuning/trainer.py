@@ -83,41 +83,14 @@ class _FineTuner(loop.StepLoop):
                        "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
     self._check_same_run()
     tok = tokenizer_lib.load(pre.saved_tokenizer())
-    train = data.train
-    limit = config.data.max_train_examples
-    if limit and len(train) > limit:
-      rng = np.random.default_rng(config.seed)
-      train = train.take(np.sort(rng.choice(len(train), limit, replace=False)))
-    self.num_train = len(train)
-    self.train_rows = examples_lib.encode(train, tok, config.data.seq_len, "train")
-    self.dev_rows = examples_lib.encode(data.dev, tok, config.data.seq_len, "dev")
+    self._encode_examples(tok)
     batch_size = config.train.batch_size
     self.total = max(1, math.ceil(config.train.epochs * self.num_train / batch_size))
     # Example indices, a new order every epoch; batches run on across epoch ends.
     self.batches = grain.MapDataset.range(self.num_train).shuffle(seed=config.seed).repeat(
         None).batch(batch_size, drop_remainder=True)
-
     self.mesh = sharding.make_mesh(config.mesh)
-    # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
-    # loads as it is; the classifier's pooler and output layer on top.
-    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
-    encoder_config.model.update(dropout_rate=config.model.dropout_rate,
-                                attention_dropout_rate=config.model.attention_dropout_rate)
-    # BERT's fine-tuning optimizer: linear warmup, then linear decay to 0 over the run.
-    self.optimizer_config = ml_collections.ConfigDict({
-        **config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
-        "schedule": "linear", "update_clip_rms": 0.0, "grad_accum_steps": 1,
-        "warmup_steps": round(config.train.warmup_fraction * self.total)})
-    self.setup = train_state.sharded_setup(
-        lambda: classifier.SequenceClassifier(
-            train_state.build_model(encoder_config, tok.vocab_size, config.seed),
-            encoder_config.model, data.num_outputs, nnx.Rngs(params=config.seed + 1),
-            config.model.pooling),
-        optimizer.make_optimizer(self.optimizer_config), self.mesh, pre_config.mesh.rules,
-        pre_config.model.scan_layers)
-    self.train_step = steps.make_train_step(self.setup, classifier.objective(
-        data.task.regression), self.optimizer_config, config.seed)
-    self.eval_step = steps.make_eval_step(self.setup, lambda outputs_bk, batch: outputs_bk)
+    self._make_steps(pre_config, tok.vocab_size)
     self.nonfinite = loop.NonFinitePolicy(config.train)
     self.checkpoint_every = config.train.checkpoint_every_steps
     self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
@@ -125,6 +98,43 @@ class _FineTuner(loop.StepLoop):
     logging.info("Fine-tuning on %s: %d training / %d dev examples, %d steps (%g epochs of"
                  " batch %d); mesh %s", data.task.name, self.num_train, len(data.dev),
                  self.total, config.train.epochs, batch_size, dict(self.mesh.shape))
+
+  def _encode_examples(self, tok) -> None:
+    """The training examples (at most data.max_train_examples, drawn with the seed) and the
+    dev set, as fixed-length rows."""
+    train, limit = self.data.train, self.config.data.max_train_examples
+    if limit and len(train) > limit:
+      rng = np.random.default_rng(self.config.seed)
+      train = train.take(np.sort(rng.choice(len(train), limit, replace=False)))
+    self.num_train = len(train)
+    seq_len = self.config.data.seq_len
+    self.train_rows = examples_lib.encode(train, tok, seq_len, "train")
+    self.dev_rows = examples_lib.encode(self.data.dev, tok, seq_len, "dev")
+
+  def _make_steps(self, pre_config, vocab_size: int) -> None:
+    """The classifier's sharded state and its train and eval steps."""
+    config = self.config
+    # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
+    # loads as it is; the classifier's pooler and output layer on top.
+    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
+    encoder_config.model.update(dropout_rate=config.model.dropout_rate,
+                                attention_dropout_rate=config.model.attention_dropout_rate)
+    # BERT's fine-tuning optimizer: linear warmup, then linear decay to 0 over the run.
+    optimizer_config = ml_collections.ConfigDict({
+        **config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
+        "schedule": "linear", "update_clip_rms": 0.0, "grad_accum_steps": 1,
+        "warmup_steps": round(config.train.warmup_fraction * self.total)})
+    self.setup = train_state.sharded_setup(
+        lambda: classifier.SequenceClassifier(
+            train_state.build_model(encoder_config, vocab_size, config.seed),
+            encoder_config.model, self.data.num_outputs, nnx.Rngs(params=config.seed + 1),
+            config.model.pooling),
+        optimizer.make_optimizer(optimizer_config), self.mesh, pre_config.mesh.rules,
+        pre_config.model.scan_layers)
+    self.train_step = steps.make_train_step(
+        self.setup, classifier.objective(self.data.task.regression), optimizer_config,
+        config.seed)
+    self.eval_step = steps.make_eval_step(self.setup, lambda outputs_bk, batch: outputs_bk)
 
   def _check_same_run(self) -> None:
     """An output folder holds one fine-tuning run: another task, init or pretrained run there
@@ -178,7 +188,7 @@ class _FineTuner(loop.StepLoop):
     return int(self._epoch(step)) > int(self._epoch(step - 1)) or step == self.total
 
   # ---- dev set -------------------------------------------------------------------------------
-  def _evaluate(self, params) -> dict[str, float]:
+  def _dev_metrics(self, params) -> dict[str, float]:
     """Loss and the task's metrics over the whole dev set."""
     n, batch_size = len(self.data.dev), self.config.train.batch_size
     outputs = []
@@ -226,7 +236,7 @@ class _FineTuner(loop.StepLoop):
     return self._epoch_ends(step)
 
   def evaluate(self, step: int, state) -> None:
-    self.dev = self._evaluate(state["params"])
+    self.dev = self._dev_metrics(state["params"])
     logging.info("dev after epoch %.2f (step %d): %s", self._epoch(step), step,
                  ", ".join(f"{k} {v:.4f}" for k, v in self.dev.items()))
     self.writer.write(step, {f"eval/{k}": v for k, v in self.dev.items()})
@@ -256,7 +266,7 @@ class _FineTuner(loop.StepLoop):
     if preempted:
       return {"preempted_at_step": done}
     if self.dev is None:  # the run had already finished: score its last checkpoint
-      self.dev = self._evaluate(state["params"])
+      self.dev = self._dev_metrics(state["params"])
     logging.info("Fine-tuned steps %d..%d in %.1f s; output %s", start, self.total,
                  time.perf_counter() - t0, self.out.path)
     return self._results(self.dev)

@@ -25,7 +25,8 @@ class NonFinitePolicy:
   than max_consecutive_skips steps in a row were skipped. Its counters are checkpointed."""
 
   def __init__(self, train_config):
-    self.policy, self.max_consecutive = train_config.nonfinite_policy, train_config.max_consecutive_skips
+    self.policy = train_config.nonfinite_policy
+    self.max_consecutive = train_config.max_consecutive_skips
     self.skipped, self.consecutive = 0, 0
 
   def applied(self, step: int, nonfinite) -> bool:
