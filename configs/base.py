@@ -70,8 +70,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer.max_training_sentences = 2_000_000
 
   config.masking = ml_collections.ConfigDict()
-  # Fraction of maskable (non-special) tokens chosen for prediction in each row.
+  # Fraction of maskable (non-special) tokens chosen for prediction in each row (at the first
+  # step, when mask_rate_schedule changes it).
   config.masking.mask_rate = 0.15
+  # How the rate moves over the run: 'constant' (mask_rate throughout), or 'linear' / 'cosine'
+  # from mask_rate at the first step to mask_rate_end at the last (30% -> 15%: arXiv 2305.15096).
+  # A train.phases entry may give its phase rates of its own (mmBERT: 30% -> 15% -> 5%). The
+  # prediction slots of a phase follow its highest rate; held-out metrics stay at eval.mask_rate.
+  config.masking.mask_rate_schedule = "constant"
+  config.masking.mask_rate_end = 0.15
   # Of the chosen tokens: this fraction becomes [MASK], this one a random token; the rest stay.
   config.masking.mask_token_prob = 0.8
   config.masking.random_token_prob = 0.1
@@ -213,9 +220,11 @@ def get_config() -> ml_collections.ConfigDict:
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.
   config.train.nonfinite_policy = "skip"
   config.train.max_consecutive_skips = 20
-  # Sequence-length phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples
-  # whose fractions sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)). Empty: one phase
-  # with data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
+  # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
+  # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
+  # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
+  # with seq_len), mask_rate / mask_rate_end (training/phases.py). Empty: one phase with
+  # data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100

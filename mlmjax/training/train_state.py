@@ -89,6 +89,13 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
                        config.model.scan_layers)
 
 
+def with_model(setup: Setup, config, vocab_size: int) -> Setup:
+  """`setup` running the pretraining model of `config`, whose architecture differs at most in
+  what is not a parameter (a phase's rotary base): same parameters, optimizer, shardings."""
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed)))
+  return dataclasses.replace(setup, graphdef=graphdef)
+
+
 def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,
                   mesh: jax.sharding.Mesh, rules, scan_layers: bool) -> Setup:
   """The Setup of any module `build` makes (the pretraining model, a fine-tuning classifier):
