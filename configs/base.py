@@ -194,9 +194,16 @@ def get_config() -> ml_collections.ConfigDict:
   # batch at once, at the memory of one micro-batch, e.g. RoBERTa's 8K batch on a few devices.
   # batch_size must be divisible by grad_accum_steps x data x fsdp (the data-parallel size).
   config.train.grad_accum_steps = 1
-  # 'adamw', or 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe);
-  # both use the learning rate, schedule, adam_* and weight_decay keys below.
+  # 'adamw', 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe) or
+  # 'muon' (orthogonalised momentum for the encoder blocks' matrices, AdamW for embeddings,
+  # norms, biases and heads, as the Muon papers do); all use the learning rate, schedule,
+  # adam_* and weight_decay keys below.
   config.train.optimizer = "adamw"
+  # muon: momentum of the matrices' updates (Muon: 0.95, Nesterov).
+  config.train.muon_momentum = 0.95
+  # muon: each matrix update is scaled to this RMS, about an AdamW update's, so the learning
+  # rate and weight decay serve both groups (Moonshot's "Muon is Scalable": 0.2).
+  config.train.muon_rms = 0.2
   # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
   # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
   # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).

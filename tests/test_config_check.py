@@ -89,7 +89,7 @@ def test_the_budget_rule_is_the_maskers_own_rounding():
                            " model.num_heads=5"),
     ("model.position_embedding_type", "alibi", "model.position_embedding_type='alibi' is not"
                                                " one of learned, rope"),
-    ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb"),
+    ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb, muon"),
     ("train.nonfinite_policy", "ignore", "train.nonfinite_policy='ignore' is not one of skip,"
                                          " stop"),
     ("train.phases", ((0.5, 128, 20),), "train.phases=((0.5, 128, 20),) must be (fraction,"

@@ -278,6 +278,8 @@ def _check_train(t) -> None:
   _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
   _one_of("train.schedule", t.schedule, optimizer.SCHEDULES)
   _one_of("train.decay_shape", t.decay_shape, optimizer.DECAY_SHAPES)
+  if not 0.0 <= t.muon_momentum < 1.0 or t.muon_rms <= 0:
+    raise ConfigError("train.muon_momentum must be in [0, 1) and train.muon_rms > 0")
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _check_nonfinite_policy(t)
@@ -316,7 +318,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= config.model[key] < 1.0:
       raise ConfigError(f"model.{key}={config.model[key]} must be in [0, 1)")
-  _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
+  _one_of("train.optimizer", t.optimizer, optimizer.FINETUNE_OPTIMIZERS)
   if not t.epochs > 0 or t.learning_rate < 0 or not 0.0 <= t.warmup_fraction < 1.0:
     raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
                       " train.warmup_fraction in [0, 1)")

@@ -112,11 +112,13 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
 
   abstract = jax.eval_shape(init)
   replicated = sharding.replicated(mesh)
-  # Optimizer moments (Adam/LAMB mu, nu) are sharded exactly like their parameters (so FSDP
-  # shards them too); counters and other non-parameter leaves are replicated scalars.
+  # Optimizer moments (Adam/LAMB mu, nu, Muon's momentum) are sharded exactly like their
+  # parameters (so FSDP shards them too); counters and other non-parameter leaves are
+  # replicated scalars. A parameter group's state (Muon) holds MaskedNodes for the others.
+  masked = lambda v: isinstance(v, optax.MaskedNode)
   opt_shardings = optax.tree_map_params(
-      tx, lambda _, s: s, abstract["opt_state"], param_shardings,
-      transform_non_params=lambda _: replicated)
+      tx, lambda v, s: v if masked(v) else s, abstract["opt_state"], param_shardings,
+      transform_non_params=lambda _: replicated, is_leaf=masked)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
   compute = sharding.compute_shardings(param_shardings)
   return Setup(
