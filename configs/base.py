@@ -213,6 +213,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.schedule = "linear"
   config.train.decay_fraction = 0.1
   config.train.decay_shape = "linear"
+  # What the schedule counts: 'steps', or 'tokens' (rows x seq_len seen, train.phases' batch
+  # sizes and lengths included): warmup and decay then take the same share of the data when
+  # the batch grows by phase (batch-size warmup, mmBERT) or the rows lengthen.
+  config.train.schedule_unit = "steps"
   config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
   config.train.adam_b1 = 0.9
   config.train.adam_b2 = 0.999

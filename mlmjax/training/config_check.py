@@ -278,6 +278,7 @@ def _check_train(t) -> None:
   _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
   _one_of("train.schedule", t.schedule, optimizer.SCHEDULES)
   _one_of("train.decay_shape", t.decay_shape, optimizer.DECAY_SHAPES)
+  _one_of("train.schedule_unit", t.schedule_unit, optimizer.SCHEDULE_UNITS)
   if not 0.0 <= t.muon_momentum < 1.0 or t.muon_rms <= 0:
     raise ConfigError("train.muon_momentum must be in [0, 1) and train.muon_rms > 0")
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:

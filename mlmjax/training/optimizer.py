@@ -24,10 +24,12 @@ import optax
 from optax import contrib as optax_contrib
 
 from mlmjax.models import param_names
+from mlmjax.training import phases
 
 OPTIMIZERS = ("adamw", "lamb", "muon")
 FINETUNE_OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
 SCHEDULES = ("linear", "cosine", "wsd")
+SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 
 
@@ -38,7 +40,28 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
 
 
 def learning_rate_schedule(train_config) -> optax.Schedule:
-  """The schedule of the module docstring, as a function of the step."""
+  """The schedule of the module docstring, as a function of the step; with
+  `train.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
+  by_step = _step_schedule(train_config)
+  if train_config.schedule_unit == "steps":
+    return by_step
+  clock = token_clock(train_config)
+  return lambda step: by_step(clock(step))
+
+
+def token_clock(train_config):
+  """step -> the step at which a run with every step alike would have seen as many tokens:
+  train.steps x (tokens seen / the run's tokens), piecewise linear over the phases. Warmup
+  and decay then follow the tokens when the batch or the row length grows by phase (a batch
+  warmup's small first steps do not use up the warmup)."""
+  steps, tokens = phases.step_tokens(train_config)
+  fraction = jnp.asarray(tokens / tokens[-1], jnp.float32)
+  steps = jnp.asarray(steps, jnp.float32)
+  return lambda step: jnp.interp(jnp.asarray(step, jnp.float32), steps, fraction) * (
+      train_config.steps)
+
+
+def _step_schedule(train_config) -> optax.Schedule:
   t = train_config
   peak, end = float(t.learning_rate), float(t.end_learning_rate)
   warmup = max(int(t.warmup_steps), 1)
