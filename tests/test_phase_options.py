@@ -10,6 +10,7 @@ from conftest import saved_state
 from mlmjax.errors import ConfigError
 from mlmjax.models import layers
 from mlmjax.training import config_check
+from mlmjax.training import finished_run
 from mlmjax.training import optimizer
 from mlmjax.training import phases
 from mlmjax.training import train
@@ -41,6 +42,9 @@ def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resum
   train.train_and_evaluate(micro_config, split)
   for x, y in zip(jax.tree.leaves(saved_state(straight)), jax.tree.leaves(saved_state(split))):
     np.testing.assert_array_equal(x, y)
+  # A finished run (predict, evaluate, export) runs at the base it was last trained at.
+  assert finished_run.load(straight).config.model.rope_base == 160_000.0
+  assert finished_run.load(straight, step=3).config.model.rope_base == 10_000.0
 
 
 def _train_config(unit):
