@@ -97,12 +97,12 @@ def _base_config(arm: str):
   return config
 
 
-def seconds_per_step(config, workdir: str) -> float:
-  """The mean step time of a 40-step real run after its first interval (compilation); the
+def seconds_per_step(config, workdir: str, steps: int = 40) -> float:
+  """The mean step time of a short real run after its first interval (compilation); the
   mean, not the median, so that an arm's phases (other shapes, other speeds) all count."""
   c = config.copy_and_resolve_references()
-  c.train.update(steps=40, log_every_steps=10, eval_every_steps=40, eval_batches=1,
-                 checkpoint_every_steps=40)
+  c.train.update(steps=steps, log_every_steps=max(steps // 4, 1), eval_every_steps=steps,
+                 eval_batches=1, checkpoint_every_steps=steps)
   train.train_and_evaluate(c, workdir)
   rows = [r for r in metrics.rows(os.path.join(workdir, "metrics.jsonl")) if "tokens_per_sec" in r]
   # Tokens per step of the phase each logged interval ended in.
@@ -147,6 +147,8 @@ def main():
   parser.add_argument("--seeds", default="0", help="comma-separated; every arm runs each")
   parser.add_argument("--finetune_examples", type=int, default=8192,
                       help="kjv_corrupted training examples; 0: no fine-tuning")
+  parser.add_argument("--calibration_steps", type=int, default=40,
+                      help="steps of the run that measures an arm's seconds per step")
   parser.add_argument("--out", default="runs/learning")
   args = parser.parse_args()
   metrics.quiet_library_logs()
@@ -156,7 +158,7 @@ def main():
     config.tokenizer.path = tokenizer
     # One calibration per arm: every seed of it gets the same number of steps.
     calibration = os.path.join(args.out, arm + ".calibration")
-    per_step = seconds_per_step(config, calibration)
+    per_step = seconds_per_step(config, calibration, args.calibration_steps)
     # Every run reads the tokenizer the first calibration trained: the same vocabulary for
     # all, and no tokenizer training inside a run's budget.
     tokenizer = tokenizer or workdir_lib.Workdir(calibration).saved_tokenizer()

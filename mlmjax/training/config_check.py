@@ -263,7 +263,7 @@ def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
   if t.grad_accum_steps < 1:
     raise ConfigError(f"train.grad_accum_steps={t.grad_accum_steps} must be >= 1")
   shards = config.data.num_shards or num_processes
-  for batch_size in sorted({t.batch_size, *(p.batch_size for p in phases_lib.plan(config))}):
+  for batch_size in phases_lib.batch_sizes(t):
     if batch_size < 1 or batch_size % (dp * t.grad_accum_steps) or batch_size % num_processes:
       raise ConfigError(
           f"train.batch_size={batch_size} must be divisible by train.grad_accum_steps="
@@ -330,7 +330,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   # The pretraining rule, on the keys fine-tuning has (no accumulation, one shard per process).
   view = ml_collections.ConfigDict({
       "mesh": {"shape": config.mesh.shape, "rules": pretrained.mesh.rules},
-      "train": {"batch_size": t.batch_size, "grad_accum_steps": 1},
+      "train": {"batch_size": t.batch_size, "grad_accum_steps": 1, "phases": ()},
       "data": {"num_shards": 0}})
   _check_mesh_and_batch(view, jax.device_count() if num_devices is None else num_devices,
                         jax.process_count() if num_processes is None else num_processes)

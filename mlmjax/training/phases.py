@@ -130,6 +130,12 @@ def phase_config(config, phase: Phase) -> ml_collections.ConfigDict:
   return out
 
 
+def batch_sizes(train_config) -> list[int]:
+  """Every global batch size of the run (train.batch_size and the phases'), ascending."""
+  return sorted({train_config.batch_size, *(
+      int(options(e).get("batch_size", train_config.batch_size)) for e in train_config.phases)})
+
+
 def step_tokens(train_config) -> tuple[np.ndarray, np.ndarray]:
   """(step, tokens seen after it) at every phase boundary, from train.* alone (the optimizer's
   token clock): rows x seq_len per step, phase by phase. Without phases every step is alike."""
