@@ -10,10 +10,10 @@ mean +- sample standard deviation over the seeds.
 
 Every arm has configs/tiny.py's size (4 layers, 128 wide, 4 heads) and trains on the built-in
 corpus for the same wall-clock budget: a 40-step calibration run measures its seconds per step
-(inside a real training loop, input included), and the real run gets budget / that many steps,
-so each schedule runs to its end. Then the arm's encoder is fine-tuned on `kjv_corrupted` (is
-this verse as written, or are 15% of its words replaced?) with the settings the README reports
-for it.
+(inside a real training loop, input included; see seconds_per_step), and every run of the arm
+gets budget / that many steps, so each schedule runs to its end. Then the arm's encoder is
+fine-tuned on `kjv_corrupted` (is this verse as written, or are 15% of its words replaced?)
+with the settings the README reports for it.
 
   bert     configs/tiny.py as it is: post-LN, GELU MLP 512, biases, rotary positions, global
            attention, 30% masking, AdamW (0.9, 0.999), linear decay
@@ -98,17 +98,24 @@ def _base_config(arm: str):
 
 
 def seconds_per_step(config, workdir: str, steps: int = 40) -> float:
-  """The mean step time of a short real run after its first interval (compilation); the
-  mean, not the median, so that an arm's phases (other shapes, other speeds) all count."""
+  """An arm's seconds per step on an otherwise idle machine, from a short real run logging
+  every step: per phase, its fastest step after the phase's first (which compiles), the
+  fastest because other work on the machine only ever slows a step down; then the phases'
+  steps weighted by their share of the run."""
   c = config.copy_and_resolve_references()
-  c.train.update(steps=steps, log_every_steps=max(steps // 4, 1), eval_every_steps=steps,
-                 eval_batches=1, checkpoint_every_steps=steps)
+  c.train.update(steps=steps, log_every_steps=1, eval_every_steps=steps, eval_batches=1,
+                 checkpoint_every_steps=steps)
   train.train_and_evaluate(c, workdir)
   rows = [r for r in metrics.rows(os.path.join(workdir, "metrics.jsonl")) if "tokens_per_sec" in r]
-  # Tokens per step of the phase each logged interval ended in.
-  phase_of = lambda step: phases.phase_at(phases.plan(c), step - 1)
-  return statistics.mean(phase_of(r["step"]).batch_size * phase_of(r["step"]).seq_len
-                         / r["tokens_per_sec"] for r in rows[1:])
+  plan = phases.plan(c)
+  total = 0.0
+  for phase in plan:
+    timed = [phase.batch_size * phase.seq_len / r["tokens_per_sec"] for r in rows
+             if phase.start + 1 < r["step"] <= phase.end]
+    if not timed:
+      raise ValueError(f"--calibration_steps={steps} leaves phase {phase.index} no timed step")
+    total += min(timed) * (phase.end - phase.start)
+  return total / steps
 
 
 def finetune(workdir: str, examples: int) -> dict:
@@ -130,14 +137,17 @@ def _mean_spread(values: list[float]) -> str:
 
 def print_table(results: list[dict]) -> None:
   """One row per arm: steps, held-out MLM accuracy at 15% and dev accuracy, mean +- sd (%)."""
-  print("\n| arm | seeds | steps | train minutes | held-out MLM accuracy (%) |"
-        " `kjv_corrupted` dev accuracy (%) |\n|---|---|---|---|---|---|")
+  print("\n| arm | seeds | s/step (calibrated) | steps | train minutes | held-out MLM accuracy"
+        " (%) | constant baseline (%) | `kjv_corrupted` dev accuracy (%) |\n"
+        "|---|---|---|---|---|---|---|---|")
   for arm in dict.fromkeys(r["arm"] for r in results):
     runs = [r for r in results if r["arm"] == arm]
     tuned = [r["kjv_corrupted"]["accuracy"] for r in runs if "kjv_corrupted" in r]
-    print(f"| {arm} | {len(runs)} | {runs[0]['steps']} |"
+    print(f"| {arm} | {len(runs)} | {runs[0]['seconds_per_step']} | {runs[0]['steps']} |"
           f" {statistics.mean(r['train_wall_minutes'] for r in runs):.2f} |"
-          f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} | {_mean_spread(tuned)} |")
+          f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} |"
+          f" {_mean_spread([r['eval/constant_baseline_accuracy'] for r in runs])} |"
+          f" {_mean_spread(tuned)} |")
 
 
 def main():
@@ -152,28 +162,31 @@ def main():
   parser.add_argument("--out", default="runs/learning")
   args = parser.parse_args()
   metrics.quiet_library_logs()
-  results, tokenizer = [], ""
-  for arm in args.arms.split(","):
+  results, tokenizer, steps = [], "", {}
+  arms = args.arms.split(",")
+  for arm in arms:  # one calibration per arm: every seed of it gets the same number of steps
     config = arm_config(arm)
     config.tokenizer.path = tokenizer
-    # One calibration per arm: every seed of it gets the same number of steps.
     calibration = os.path.join(args.out, arm + ".calibration")
     per_step = seconds_per_step(config, calibration, args.calibration_steps)
     # Every run reads the tokenizer the first calibration trained: the same vocabulary for
     # all, and no tokenizer training inside a run's budget.
     tokenizer = tokenizer or workdir_lib.Workdir(calibration).saved_tokenizer()
-    steps = int(args.minutes * 60 / per_step)
-    for seed in map(int, args.seeds.split(",")):
+    steps[arm] = (per_step, int(args.minutes * 60 / per_step))
+  # Seed by seed through the arms, so that a change in the machine's load hits every arm.
+  for seed in map(int, args.seeds.split(",")):
+    for arm in arms:
+      per_step, n = steps[arm]
       config = arm_config(arm)
       config.seed = seed
       config.tokenizer.path = tokenizer
       # A short run keeps at most a tenth of its steps for warmup, the same for every arm.
-      config.train.update(steps=steps, eval_every_steps=steps, checkpoint_every_steps=steps,
-                          warmup_steps=min(config.train.warmup_steps, steps // 10))
+      config.train.update(steps=n, eval_every_steps=n, checkpoint_every_steps=n,
+                          warmup_steps=min(config.train.warmup_steps, n // 10))
       workdir = os.path.join(args.out, f"{arm}.seed{seed}")
       start = time.perf_counter()
       held_out = train.train_and_evaluate(config, workdir)
-      row = {"arm": arm, "seed": seed, "seconds_per_step": round(per_step, 4), "steps": steps,
+      row = {"arm": arm, "seed": seed, "seconds_per_step": round(per_step, 4), "steps": n,
              "train_wall_minutes": round((time.perf_counter() - start) / 60, 2),
              **{k: round(v, 4) for k, v in held_out.items() if k.startswith("eval/")}}
       if args.finetune_examples:
