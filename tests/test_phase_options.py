@@ -44,7 +44,7 @@ def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resum
     np.testing.assert_array_equal(x, y)
   # A finished run (predict, evaluate, export) runs at the base it was last trained at.
   assert finished_run.load(straight).config.model.rope_base == 160_000.0
-  assert finished_run.load(straight, step=3).config.model.rope_base == 10_000.0
+  assert finished_run.load(split, step=3).config.model.rope_base == 10_000.0
 
 
 def _train_config(unit):
