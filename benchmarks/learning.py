@@ -1,14 +1,19 @@
-"""Learning efficiency on this machine at equal wall-clock: the modern block against the tiny
-BERT block, and ELECTRA against MLM judged by fine-tuning.
+"""Learning efficiency on this machine at equal wall-clock: any set of arms, several seeds each,
+judged by held-out MLM accuracy at 15% masking and by fine-tuning.
 
-  python benchmarks/learning.py --minutes=5 [--arms=bert,modern,electra] [--out=runs/learning]
+  python benchmarks/learning.py --minutes=5 [--arms=bert,modern,modern+muon] [--seeds=0,1,2]
+      [--finetune_examples=8192] [--out=runs/learning]
+
+An arm is a base (bert, modern, electra) with options added by '+': mask_anneal, muon,
+context_extension, batch_warmup (see OPTIONS). After one JSON line per run it prints a table:
+mean +- sample standard deviation over the seeds.
 
 Every arm has configs/tiny.py's size (4 layers, 128 wide, 4 heads) and trains on the built-in
 corpus for the same wall-clock budget: a 40-step calibration run measures its seconds per step
-(inside a real training loop, input included), and the real run gets budget / that many steps,
-so each schedule runs to its end. Then the arm's encoder is fine-tuned on `kjv_corrupted` (is
-this verse as written, or are 15% of its words replaced?) with the settings the README reports
-for it. Prints one JSON line per arm: held-out metrics at eval.mask_rate (15%) and dev accuracy.
+(inside a real training loop, input included; see seconds_per_step), and every run of the arm
+gets budget / that many steps, so each schedule runs to its end. Then the arm's encoder is
+fine-tuned on `kjv_corrupted` (is this verse as written, or are 15% of its words replaced?)
+with the settings the README reports for it.
 
   bert     configs/tiny.py as it is: post-LN, GELU MLP 512, biases, rotary positions, global
            attention, 30% masking, AdamW (0.9, 0.999), linear decay
@@ -36,10 +41,45 @@ from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import phases  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import workdir as workdir_lib  # pylint: disable=wrong-import-position
+
+
+# The 2025 recipes as options on any base arm, each scaled down to the tiny size and run.
+OPTIONS = {
+    # 30% -> 15% over the run (arXiv 2305.15096); the slots stay those of 30%.
+    "mask_anneal": lambda c: c.masking.update(mask_rate=0.3, mask_rate_end=0.15,
+                                              mask_rate_schedule="linear"),
+    # Muon for the blocks' matrices, AdamW for the rest, at the arm's learning rate.
+    "muon": lambda c: c.train.update(optimizer="muon"),
+    # ModernBERT's context extension: 3/4 of the steps at half length with rotary base 10k,
+    # then the full length at 160k (the global layers' base).
+    "context_extension": lambda c: c.train.update(phases=(
+        (0.75, c.data.seq_len // 2, c.masking.max_predictions_per_seq // 2,
+         {"rope_base": 10_000.0}),
+        (0.25, c.data.seq_len, c.masking.max_predictions_per_seq, {"rope_base": 160_000.0}))),
+    # mmBERT's batch-size warmup: a quarter of the batch for the first quarter of the steps,
+    # the learning rate counted in tokens.
+    "batch_warmup": lambda c: c.train.update(schedule_unit="tokens", phases=(
+        (0.25, c.data.seq_len, c.masking.max_predictions_per_seq,
+         {"batch_size": c.train.batch_size // 4}),
+        (0.75, c.data.seq_len, c.masking.max_predictions_per_seq))),
+}
 
 
 def arm_config(arm: str):
+  """'base+option+...' -> its config."""
+  base_arm, *options = arm.split("+")
+  config = _base_config(base_arm)
+  for option in options:
+    if option not in OPTIONS:
+      raise ValueError(f"unknown option {option!r} (one of {', '.join(OPTIONS)})")
+    OPTIONS[option](config)
+  return config
+
+
+def _base_config(arm: str):
   config = tiny.get_config()
   if arm == "modern":
     config.model.update(norm_position="pre", mlp="geglu", intermediate_size=336, use_bias=False,
@@ -57,50 +97,104 @@ def arm_config(arm: str):
   return config
 
 
-def seconds_per_step(config, workdir: str) -> float:
-  """The median step time of a 40-step real run (after its first interval: compilation)."""
+def seconds_per_step(config, workdir: str, steps: int = 40) -> float:
+  """An arm's seconds per step on an otherwise idle machine, from a short real run logging
+  every step: per phase, its fastest step after the phase's first (which compiles), the
+  fastest because other work on the machine only ever slows a step down; then the phases'
+  steps weighted by their share of the run."""
   c = config.copy_and_resolve_references()
-  c.train.update(steps=40, log_every_steps=10, eval_every_steps=40, eval_batches=1,
-                 checkpoint_every_steps=40)
+  c.train.update(steps=steps, log_every_steps=1, eval_every_steps=steps, eval_batches=1,
+                 checkpoint_every_steps=steps)
   train.train_and_evaluate(c, workdir)
-  tokens = c.train.batch_size * c.data.seq_len
   rows = [r for r in metrics.rows(os.path.join(workdir, "metrics.jsonl")) if "tokens_per_sec" in r]
-  return statistics.median(tokens / r["tokens_per_sec"] for r in rows[1:])
+  plan = phases.plan(c)
+  total = 0.0
+  for phase in plan:
+    timed = [phase.batch_size * phase.seq_len / r["tokens_per_sec"] for r in rows
+             if phase.start + 1 < r["step"] <= phase.end]
+    if not timed:
+      raise ValueError(f"--calibration_steps={steps} leaves phase {phase.index} no timed step")
+    total += min(timed) * (phase.end - phase.start)
+  return total / steps
 
 
-def finetune(workdir: str) -> dict:
+def finetune(workdir: str, examples: int) -> dict:
   """kjv_corrupted, as the README's table: 8,192 examples, one epoch, mean pooling."""
   config = finetune_config.get_config()
-  config.data.update(seq_len=64, max_train_examples=8192)
+  config.data.update(seq_len=64, max_train_examples=examples)
   config.train.update(epochs=1.0, learning_rate=1e-3)
   config.model.update(pooling="mean", dropout_rate=0.0, attention_dropout_rate=0.0)
   return trainer.finetune(config, workdir, tasks.load("kjv_corrupted"),
                           os.path.join(workdir, "finetune", "kjv_corrupted"))
 
 
+def _mean_spread(values: list[float]) -> str:
+  if not values:
+    return "-"
+  spread = statistics.stdev(values) if len(values) > 1 else 0.0
+  return f"{100 * statistics.mean(values):.1f} +- {100 * spread:.1f}"
+
+
+def print_table(results: list[dict]) -> None:
+  """One row per arm: steps, held-out MLM accuracy at 15% and dev accuracy, mean +- sd (%)."""
+  print("\n| arm | seeds | s/step (calibrated) | steps | train minutes | held-out MLM accuracy"
+        " (%) | constant baseline (%) | `kjv_corrupted` dev accuracy (%) |\n"
+        "|---|---|---|---|---|---|---|---|")
+  for arm in dict.fromkeys(r["arm"] for r in results):
+    runs = [r for r in results if r["arm"] == arm]
+    tuned = [r["kjv_corrupted"]["accuracy"] for r in runs if "kjv_corrupted" in r]
+    print(f"| {arm} | {len(runs)} | {runs[0]['seconds_per_step']} | {runs[0]['steps']} |"
+          f" {statistics.mean(r['train_wall_minutes'] for r in runs):.2f} |"
+          f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} |"
+          f" {_mean_spread([r['eval/constant_baseline_accuracy'] for r in runs])} |"
+          f" {_mean_spread(tuned)} |")
+
+
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument("--minutes", type=float, default=5.0, help="training budget per arm")
+  parser.add_argument("--minutes", type=float, default=5.0, help="training budget per run")
   parser.add_argument("--arms", default="bert,modern,electra")
+  parser.add_argument("--seeds", default="0", help="comma-separated; every arm runs each")
+  parser.add_argument("--finetune_examples", type=int, default=8192,
+                      help="kjv_corrupted training examples; 0: no fine-tuning")
+  parser.add_argument("--calibration_steps", type=int, default=40,
+                      help="steps of the run that measures an arm's seconds per step")
   parser.add_argument("--out", default="runs/learning")
   args = parser.parse_args()
   metrics.quiet_library_logs()
-  for arm in args.arms.split(","):
+  results, tokenizer, steps = [], "", {}
+  arms = args.arms.split(",")
+  for arm in arms:  # one calibration per arm: every seed of it gets the same number of steps
     config = arm_config(arm)
-    per_step = seconds_per_step(config, os.path.join(args.out, arm + ".calibration"))
-    steps = int(args.minutes * 60 / per_step)
-    config.train.update(steps=steps, eval_every_steps=steps, checkpoint_every_steps=steps)
-    workdir = os.path.join(args.out, arm)
-    start = time.perf_counter()
-    held_out = train.train_and_evaluate(config, workdir)
-    wall = time.perf_counter() - start
-    tuned = finetune(workdir)
-    print(json.dumps({
-        "arm": arm, "seconds_per_step": round(per_step, 4), "steps": steps,
-        "train_wall_minutes": round(wall / 60, 2),
-        **{k: round(v, 4) for k, v in held_out.items() if k.startswith("eval/")},
-        "kjv_corrupted": {k: round(v, 4) for k, v in tuned["dev"].items()},
-    }), flush=True)
+    config.tokenizer.path = tokenizer
+    calibration = os.path.join(args.out, arm + ".calibration")
+    per_step = seconds_per_step(config, calibration, args.calibration_steps)
+    # Every run reads the tokenizer the first calibration trained: the same vocabulary for
+    # all, and no tokenizer training inside a run's budget.
+    tokenizer = tokenizer or workdir_lib.Workdir(calibration).saved_tokenizer()
+    steps[arm] = (per_step, int(args.minutes * 60 / per_step))
+  # Seed by seed through the arms, so that a change in the machine's load hits every arm.
+  for seed in map(int, args.seeds.split(",")):
+    for arm in arms:
+      per_step, n = steps[arm]
+      config = arm_config(arm)
+      config.seed = seed
+      config.tokenizer.path = tokenizer
+      # A short run keeps at most a tenth of its steps for warmup, the same for every arm.
+      config.train.update(steps=n, eval_every_steps=n, checkpoint_every_steps=n,
+                          warmup_steps=min(config.train.warmup_steps, n // 10))
+      workdir = os.path.join(args.out, f"{arm}.seed{seed}")
+      start = time.perf_counter()
+      held_out = train.train_and_evaluate(config, workdir)
+      row = {"arm": arm, "seed": seed, "seconds_per_step": round(per_step, 4), "steps": n,
+             "train_wall_minutes": round((time.perf_counter() - start) / 60, 2),
+             **{k: round(v, 4) for k, v in held_out.items() if k.startswith("eval/")}}
+      if args.finetune_examples:
+        tuned = finetune(workdir, args.finetune_examples)
+        row["kjv_corrupted"] = {k: round(v, 4) for k, v in tuned["dev"].items()}
+      results.append(row)
+      print(json.dumps(row), flush=True)
+  print_table(results)
 
 
 if __name__ == "__main__":

@@ -70,8 +70,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer.max_training_sentences = 2_000_000
 
   config.masking = ml_collections.ConfigDict()
-  # Fraction of maskable (non-special) tokens chosen for prediction in each row.
+  # Fraction of maskable (non-special) tokens chosen for prediction in each row (at the first
+  # step, when mask_rate_schedule changes it).
   config.masking.mask_rate = 0.15
+  # How the rate moves over the run: 'constant' (mask_rate throughout), or 'linear' / 'cosine'
+  # from mask_rate at the first step to mask_rate_end at the last (30% -> 15%: arXiv 2305.15096).
+  # A train.phases entry may give its phase rates of its own (mmBERT: 30% -> 15% -> 5%). The
+  # prediction slots of a phase follow its highest rate; held-out metrics stay at eval.mask_rate.
+  config.masking.mask_rate_schedule = "constant"
+  config.masking.mask_rate_end = 0.15
   # Of the chosen tokens: this fraction becomes [MASK], this one a random token; the rest stay.
   config.masking.mask_token_prob = 0.8
   config.masking.random_token_prob = 0.1
@@ -187,9 +194,16 @@ def get_config() -> ml_collections.ConfigDict:
   # batch at once, at the memory of one micro-batch, e.g. RoBERTa's 8K batch on a few devices.
   # batch_size must be divisible by grad_accum_steps x data x fsdp (the data-parallel size).
   config.train.grad_accum_steps = 1
-  # 'adamw', or 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe);
-  # both use the learning rate, schedule, adam_* and weight_decay keys below.
+  # 'adamw', 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe) or
+  # 'muon' (orthogonalised momentum for the encoder blocks' matrices, AdamW for embeddings,
+  # norms, biases and heads, as the Muon papers do); all use the learning rate, schedule,
+  # adam_* and weight_decay keys below.
   config.train.optimizer = "adamw"
+  # muon: momentum of the matrices' updates (Muon: 0.95, Nesterov).
+  config.train.muon_momentum = 0.95
+  # muon: each matrix update is scaled to this RMS, about an AdamW update's, so the learning
+  # rate and weight decay serve both groups (Moonshot's "Muon is Scalable": 0.2).
+  config.train.muon_rms = 0.2
   # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
   # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
   # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).
@@ -199,6 +213,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.schedule = "linear"
   config.train.decay_fraction = 0.1
   config.train.decay_shape = "linear"
+  # What the schedule counts: 'steps', or 'tokens' (rows x seq_len seen, train.phases' batch
+  # sizes and lengths included): warmup and decay then take the same share of the data when
+  # the batch grows by phase (batch-size warmup, mmBERT) or the rows lengthen.
+  config.train.schedule_unit = "steps"
   config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
   config.train.adam_b1 = 0.9
   config.train.adam_b2 = 0.999
@@ -213,9 +231,11 @@ def get_config() -> ml_collections.ConfigDict:
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.
   config.train.nonfinite_policy = "skip"
   config.train.max_consecutive_skips = 20
-  # Sequence-length phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples
-  # whose fractions sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)). Empty: one phase
-  # with data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
+  # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
+  # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
+  # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
+  # with seq_len), mask_rate / mask_rate_end (training/phases.py). Empty: one phase with
+  # data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100

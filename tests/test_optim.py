@@ -40,7 +40,7 @@ def test_unknown_optimizer_is_a_one_line_error():
   config.train.optimizer = "sgd"
   with pytest.raises(errors.ConfigError) as e:
     config_check.check(config)
-  assert str(e.value) == "train.optimizer='sgd' is not one of adamw, lamb"
+  assert str(e.value) == "train.optimizer='sgd' is not one of adamw, lamb, muon"
 
 
 def test_lamb_moves_each_matrix_by_learning_rate_times_its_norm():

@@ -35,18 +35,20 @@ class RunInput:
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
 
-  def masker(self, config, token_weights: Callable[[int], np.ndarray | None] | None = None
-             ) -> masking.Masker:
+  def masker(self, config, token_weights: Callable[[int], np.ndarray | None] | None = None,
+             mask_rates: masking.RateSchedule | None = None) -> masking.Masker:
     return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights,
-                          span_boundaries=config.objective.span_boundary_weight > 0)
+                          span_boundaries=config.objective.span_boundary_weight > 0,
+                          mask_rates=mask_rates)
 
   def train_iter(self, config, first_step: int = 0,
-                 token_weights: Callable[[int], np.ndarray | None] | None = None
-                 ) -> pipeline.ShardedIterator:
-    """Training batches of `config` (a phase's config) whose first trains step first_step+1."""
+                 token_weights: Callable[[int], np.ndarray | None] | None = None,
+                 mask_rates: masking.RateSchedule | None = None) -> pipeline.ShardedIterator:
+    """Training batches of `config` (a phase's config) whose first trains step first_step+1;
+    masked at `mask_rates` by step (None: masking.mask_rate)."""
     return pipeline.make_train_iter(config, self.tokenizer, self.train_source,
-                                    self.masker(config, token_weights), self.stats.word_start,
-                                    first_step)
+                                    self.masker(config, token_weights, mask_rates),
+                                    self.stats.word_start, first_step)
 
   def eval_batches(self, config):
     """The fixed held-out batches, masked at `eval.mask_rate` by their own masker (feedback

@@ -123,6 +123,7 @@ class _FineTuner(loop.StepLoop):
     optimizer_config = ml_collections.ConfigDict({
         **config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
         "schedule": "linear", "update_clip_rms": 0.0, "grad_accum_steps": 1,
+        "schedule_unit": "steps",
         "warmup_steps": round(config.train.warmup_fraction * self.total)})
     self.setup = train_state.sharded_setup(
         lambda: classifier.SequenceClassifier(

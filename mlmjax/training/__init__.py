@@ -5,8 +5,8 @@
   train_state.py       the sharded {"step", "params", "opt_state"} and how it is built
   steps.py             the pure jitted train and eval steps, and the pretraining objective
   losses.py            losses as (sum, count) pairs over the global batch
-  optimizer.py         AdamW / LAMB, clipping, learning-rate schedules
-  phases.py            sequence-length phases (BERT's 128 then 512)
+  optimizer.py         AdamW / LAMB / Muon, clipping, learning-rate schedules (steps or tokens)
+  phases.py            phases: length (BERT's 128 then 512), batch, rotary base, mask rate
   masking_feedback.py  adaptive masking: per-token losses fed back to the masker
   checkpoint.py        orbax checkpoints of the state, the data position and host state
   workdir.py           the run folder's paths; workdir_lock.py: one trainer per folder

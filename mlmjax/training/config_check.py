@@ -15,6 +15,7 @@ import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as masking_settings
 from mlmjax.errors import ConfigError
 from mlmjax.hf import importer
@@ -180,12 +181,41 @@ def _check_gazetteer(path: str) -> None:
       raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
 
 
+def _check_phase_options(spec) -> None:
+  for entry in spec:
+    opts = entry[3] if len(entry) > 3 else {}
+    if not isinstance(opts, dict) or set(opts) - set(phases_lib.OPTIONS):
+      raise ConfigError(f"train.phases entry {tuple(entry)}: its 4th item must be a dict of"
+                        f" {', '.join(phases_lib.OPTIONS)}")
+    if "mask_rate_end" in opts and "mask_rate" not in opts:
+      raise ConfigError(f"train.phases entry {tuple(entry)}: mask_rate_end needs mask_rate")
+    for key in ("mask_rate", "mask_rate_end"):
+      if key in opts:
+        _check_rate(f"train.phases {key}", opts[key])
+    if opts.get("batch_size", 1) < 1 or opts.get("rope_base", 1) <= 0:
+      raise ConfigError(f"train.phases entry {tuple(entry)}: batch_size must be >= 1 and"
+                        " rope_base > 0")
+
+
+def _check_mask_rate_schedule(config) -> None:
+  m = config.masking
+  _one_of("masking.mask_rate_schedule", m.mask_rate_schedule, rate_schedule.SHAPES)
+  _check_rate("masking.mask_rate_end", m.mask_rate_end)
+  if phases_lib.schedules_mask_rate(config) and "static" in masking.Settings.from_config(
+      m).in_use():
+    raise ConfigError("masking.strategy 'static' masks are fixed: they take no mask rate"
+                      " schedule (set masking.mask_rate_schedule='constant', no phase rates)")
+
+
 def _check_phases(config) -> None:
   spec = config.train.phases
-  if spec and (any(len(p) != 3 for p in spec) or min(p[0] for p in spec) <= 0
+  if spec and (any(len(p) not in (3, 4) for p in spec) or min(p[0] for p in spec) <= 0
                or abs(sum(p[0] for p in spec) - 1.0) > 1e-6):
-    raise ConfigError(f"train.phases={spec} must be (fraction, seq_len, max_predictions)"
-                      " triples with positive fractions summing to 1")
+    raise ConfigError(f"train.phases={spec} must be (fraction, seq_len, max_predictions"
+                      "[, options]) entries with positive fractions summing to 1")
+  _check_phase_options(spec)
+  _check_mask_rate_schedule(config)
+  rates = phases_lib.mask_rates(config)
   min_len = 5 if formats.has_pair_labels(config.data.format) else 3
   for phase in phases_lib.plan(config):
     if phase.seq_len > config.model.max_position_embeddings:
@@ -195,13 +225,16 @@ def _check_phases(config) -> None:
       raise ConfigError(f"data.seq_len={phase.seq_len} must be >= {min_len} for"
                         f" data.format={config.data.format!r}")
     # A full row holds seq_len - 2 maskable tokens; the masker's own budget formula says how
-    # many predictions it wants.
-    _, wanted = masking.budget(phase.seq_len - 2, config.masking.mask_rate, phase.max_predictions)
+    # many predictions it wants at the phase's highest rate.
+    rate = round(rates.peak(phase.start, phase.end), 6)
+    _, wanted = masking.budget(phase.seq_len - 2, rate, phase.max_predictions)
+    what = (f"the phase's highest mask rate {rate}" if phases_lib.schedules_mask_rate(config)
+            else f"masking.mask_rate={rate}")
     if phase.max_predictions < wanted:
       raise ConfigError(
-          f"masking.max_predictions_per_seq={phase.max_predictions} is too small for"
-          f" masking.mask_rate={config.masking.mask_rate} at seq_len {phase.seq_len}: a full"
-          f" row wants {int(wanted)} predictions; set it to at least {int(wanted)}")
+          f"masking.max_predictions_per_seq={phase.max_predictions} is too small for {what} at"
+          f" seq_len {phase.seq_len}: a full row wants {int(wanted)} predictions; set it to at"
+          f" least {int(wanted)}")
 
 
 def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
@@ -229,21 +262,25 @@ def _check_mesh_and_batch(config, num_devices: int, num_processes: int) -> None:
   t = config.train
   if t.grad_accum_steps < 1:
     raise ConfigError(f"train.grad_accum_steps={t.grad_accum_steps} must be >= 1")
-  if t.batch_size < 1 or t.batch_size % (dp * t.grad_accum_steps) or t.batch_size % num_processes:
-    raise ConfigError(
-        f"train.batch_size={t.batch_size} must be divisible by train.grad_accum_steps="
-        f"{t.grad_accum_steps} x the data-parallel size {dp} (data x fsdp of the mesh"
-        f" {resolved}) and by the process count {num_processes}")
   shards = config.data.num_shards or num_processes
-  if config.data.num_shards < 0 or shards % num_processes or t.batch_size % shards:
-    raise ConfigError(f"data.num_shards={shards} must be a multiple of the {num_processes}"
-                      f" processes and divide train.batch_size={t.batch_size}")
+  for batch_size in phases_lib.batch_sizes(t):
+    if batch_size < 1 or batch_size % (dp * t.grad_accum_steps) or batch_size % num_processes:
+      raise ConfigError(
+          f"train.batch_size={batch_size} must be divisible by train.grad_accum_steps="
+          f"{t.grad_accum_steps} x the data-parallel size {dp} (data x fsdp of the mesh"
+          f" {resolved}) and by the process count {num_processes}")
+    if config.data.num_shards < 0 or shards % num_processes or batch_size % shards:
+      raise ConfigError(f"data.num_shards={shards} must be a multiple of the {num_processes}"
+                        f" processes and divide train.batch_size={batch_size}")
 
 
 def _check_train(t) -> None:
   _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
   _one_of("train.schedule", t.schedule, optimizer.SCHEDULES)
   _one_of("train.decay_shape", t.decay_shape, optimizer.DECAY_SHAPES)
+  _one_of("train.schedule_unit", t.schedule_unit, optimizer.SCHEDULE_UNITS)
+  if not 0.0 <= t.muon_momentum < 1.0 or t.muon_rms <= 0:
+    raise ConfigError("train.muon_momentum must be in [0, 1) and train.muon_rms > 0")
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _check_nonfinite_policy(t)
@@ -282,7 +319,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= config.model[key] < 1.0:
       raise ConfigError(f"model.{key}={config.model[key]} must be in [0, 1)")
-  _one_of("train.optimizer", t.optimizer, optimizer.OPTIMIZERS)
+  _one_of("train.optimizer", t.optimizer, optimizer.FINETUNE_OPTIMIZERS)
   if not t.epochs > 0 or t.learning_rate < 0 or not 0.0 <= t.warmup_fraction < 1.0:
     raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
                       " train.warmup_fraction in [0, 1)")
@@ -293,7 +330,7 @@ def check_finetune(config, pretrained, num_devices: int | None = None,
   # The pretraining rule, on the keys fine-tuning has (no accumulation, one shard per process).
   view = ml_collections.ConfigDict({
       "mesh": {"shape": config.mesh.shape, "rules": pretrained.mesh.rules},
-      "train": {"batch_size": t.batch_size, "grad_accum_steps": 1},
+      "train": {"batch_size": t.batch_size, "grad_accum_steps": 1, "phases": ()},
       "data": {"num_shards": 0}})
   _check_mesh_and_batch(view, jax.device_count() if num_devices is None else num_devices,
                         jax.process_count() if num_processes is None else num_processes)

@@ -14,6 +14,7 @@ from mlmjax import errors
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
 
@@ -58,7 +59,6 @@ def load(path: str, step: int | None = None,
   if mesh is None:
     config.mesh.shape = (1, 1, 1)
     mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
-  setup = train_state.make_setup(config, tok.vocab_size, mesh)
   ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                      config.train.max_checkpoints_to_keep)
   try:
@@ -68,6 +68,10 @@ def load(path: str, step: int | None = None,
     if step not in ckpt.all_steps():
       raise errors.UserError(f"{path} has no checkpoint of step {step} (it has"
                              f" {', '.join(map(str, ckpt.all_steps()))})")
+    # The rotary base the checkpoint was trained at (a context-extension phase raises it):
+    # predict, evaluate and export then run the model as it was trained.
+    config.model.rope_base = phases_lib.phase_at(phases_lib.plan(config), step - 1).rope_base
+    setup = train_state.make_setup(config, tok.vocab_size, mesh)
     state = ckpt.restore(step, setup.abstract_state).state
   finally:
     ckpt.close()

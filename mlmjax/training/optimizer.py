@@ -1,5 +1,5 @@
-"""Optimizer: global-norm clipping + AdamW or LAMB, a warmup-then-decay schedule, no weight decay
-on LN/bias, optional per-tensor update clipping (StableAdamW-style).
+"""Optimizer: global-norm clipping + AdamW, LAMB or Muon, a warmup-then-decay schedule, no
+weight decay on LN/bias, optional per-tensor update clipping (StableAdamW-style).
 
 Schedules (`train.schedule`), all after a linear warmup from 0 to the peak:
   linear  linear decay to `end_learning_rate` at the last step (BERT);
@@ -16,12 +16,20 @@ freezes.)
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
+from optax import contrib as optax_contrib
 
-OPTIMIZERS = ("adamw", "lamb")
+from mlmjax.models import param_names
+from mlmjax.training import phases
+
+OPTIMIZERS = ("adamw", "lamb", "muon")
+FINETUNE_OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
 SCHEDULES = ("linear", "cosine", "wsd")
+SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 
 
@@ -32,7 +40,28 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
 
 
 def learning_rate_schedule(train_config) -> optax.Schedule:
-  """The schedule of the module docstring, as a function of the step."""
+  """The schedule of the module docstring, as a function of the step; with
+  `train.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
+  by_step = _step_schedule(train_config)
+  if train_config.schedule_unit == "steps":
+    return by_step
+  clock = token_clock(train_config)
+  return lambda step: by_step(clock(step))
+
+
+def token_clock(train_config):
+  """step -> the step at which a run with every step alike would have seen as many tokens:
+  train.steps x (tokens seen / the run's tokens), piecewise linear over the phases. Warmup
+  and decay then follow the tokens when the batch or the row length grows by phase (a batch
+  warmup's small first steps do not use up the warmup)."""
+  steps, tokens = phases.step_tokens(train_config)
+  fraction = jnp.asarray(tokens / tokens[-1], jnp.float32)
+  steps = jnp.asarray(steps, jnp.float32)
+  return lambda step: jnp.interp(jnp.asarray(step, jnp.float32), steps, fraction) * (
+      train_config.steps)
+
+
+def _step_schedule(train_config) -> optax.Schedule:
   t = train_config
   peak, end = float(t.learning_rate), float(t.end_learning_rate)
   warmup = max(int(t.warmup_steps), 1)
@@ -58,6 +87,53 @@ def decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
+def muon_dimensions(params):
+  """Muon's view of each hidden matrix of the encoder blocks (a kernel under `blocks`): its
+  input (reduction) and output axes; every other axis (the layer axis of stacked layers, q/k/v,
+  the two halves of a gated MLP) holds separate matrices. None for the other parameters, which
+  AdamW trains (embeddings, norms, biases, heads), as the Muon papers do."""
+  def dims(path, p):
+    keys = param_names.path_keys(path)
+    if "blocks" not in keys[:-1] or not str(keys[-1]).endswith("kernel"):
+      return None
+    after = keys[keys.index("blocks") + 1]
+    o = 0 if str(after).isdigit() else 1  # stacked layers (scan_layers): a leading layer axis
+    if keys[-1] == "qkv_kernel":  # [3, D, N, H]
+      return optax_contrib.MuonDimensionNumbers((o + 1,), (o + 2, o + 3))
+    if keys[-1] == "out_kernel":  # [N, H, D]
+      return optax_contrib.MuonDimensionNumbers((o, o + 1), (o + 2,))
+    return optax_contrib.MuonDimensionNumbers((o,), (p.ndim - 1,))  # [D, (2,) F] or [F, D]
+  return jax.tree_util.tree_map_with_path(dims, params)
+
+
+def _is_dims(d) -> bool:
+  return isinstance(d, optax_contrib.MuonDimensionNumbers)
+
+
+def _muon_labels(params):
+  return jax.tree.map(lambda d: "adamw" if d is None else "muon", muon_dimensions(params),
+                      is_leaf=lambda d: d is None or _is_dims(d))
+
+
+def scale_by_muon(train_config) -> optax.GradientTransformation:
+  """Muon (Jordan et al., 2024): Nesterov momentum orthogonalised by Newton-Schulz, then scaled
+  to the RMS of an AdamW update (Liu et al. 2025, "Muon is Scalable"), so that one learning
+  rate and weight decay serve both parameter groups."""
+  def match_rms(updates, state, params=None):
+    # An orthogonal [m, n] matrix has RMS 1/sqrt(max(m, n)): scale it to muon_rms.
+    def scale(u, d):
+      fans = [math.prod(u.shape[a] for a in axes) for axes in d]
+      return u * (train_config.muon_rms * math.sqrt(max(fans)))
+    del params
+    return jax.tree.map(scale, updates, muon_dimensions(updates), is_leaf=_is_dims), state
+
+  # Given the updates of the Muon leaves only (the others are masked out of the tree).
+  return optax.chain(
+      optax_contrib.scale_by_muon(beta=train_config.muon_momentum, nesterov=True,
+                                  weight_dimension_numbers=muon_dimensions),
+      optax.GradientTransformation(lambda params: optax.EmptyState(), match_rms))
+
+
 def scale_by_step_schedule(schedule: optax.Schedule) -> optax.GradientTransformationExtraArgs:
   """-schedule(step) x the updates, `step` being the caller's (the train state's) step."""
   def update(updates, state, params=None, *, step, **extra_args):
@@ -78,7 +154,7 @@ def make_optimizer(train_config) -> optax.GradientTransformationExtraArgs:
   32K-64K sequences train at high learning rates. As in ALBERT's and NVIDIA's LAMB, LayerNorm
   parameters and biases are excluded from the trust ratio exactly as from weight decay. Both
   share the adam_* keys, the decay mask and the schedule; NVIDIA also clips the global gradient
-  norm before LAMB, as done here.
+  norm before LAMB, as done here. Muon: see scale_by_muon; the other parameters get AdamW.
   """
   t = train_config
   adam = [optax.scale_by_adam(b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)]
@@ -87,6 +163,9 @@ def make_optimizer(train_config) -> optax.GradientTransformationExtraArgs:
     # update is scaled down to RMS <= update_clip_rms, so a spike in one tensor's second-moment
     # estimate cannot blow it up.
     adam.append(optax.clip_by_block_rms(t.update_clip_rms))
+  if t.optimizer == "muon":  # Muon for the blocks' matrices, AdamW for the rest
+    adam = [optax.partition({"muon": scale_by_muon(t), "adamw": optax.chain(*adam)},
+                            _muon_labels)]
   adam.append(optax.add_decayed_weights(t.weight_decay, mask=decay_mask))
   if t.optimizer == "lamb":
     adam.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))

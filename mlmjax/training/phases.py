@@ -1,9 +1,20 @@
-"""Sequence-length phases: BERT trained 90% of its steps on 128-token rows, then 10% on 512.
+"""Training phases: BERT trained 90% of its steps on 128-token rows, then 10% on 512; the 2025
+recipes also grow the batch (mmBERT), raise the rotary base with the length (ModernBERT's
+context extension) and anneal the mask rate (30% -> 15% -> 5%) phase by phase.
 
-`config.train.phases` is a tuple of (fraction of train.steps, seq_len, max_predictions_per_seq);
-empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model, the
-optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
-shapes (with its own seed, so it does not replay the first phase's document order).
+`config.train.phases` is a tuple of (fraction of train.steps, seq_len, max_predictions_per_seq)
+with an optional 4th item, a dict of what else the phase changes:
+
+    batch_size     global rows per step (batch-size warmup; default train.batch_size)
+    rope_base      rotary base of the global layers (default model.rope_base)
+    mask_rate      the phase's own mask rate schedule, from mask_rate at its first step ...
+    mask_rate_end  ... to mask_rate_end at its last (default: mask_rate, constant), shaped by
+                   masking.mask_rate_schedule; phases without them follow the run-long one
+
+Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model,
+the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
+shapes (with its own seed, so it does not replay the first phase's document order), and the
+train step for the new rotary base.
 """
 
 from __future__ import annotations
@@ -11,9 +22,14 @@ from __future__ import annotations
 import dataclasses
 
 import ml_collections
+import numpy as np
+
+from mlmjax.data import masking
 
 # Data seeds of successive phases are this far apart.
 _PHASE_SEED_STRIDE = 7919
+# What the optional 4th item of a phase may set.
+OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,20 +38,75 @@ class Phase:
   start: int  # steps done when the phase begins
   end: int  # steps done when it ends
   seq_len: int
-  max_predictions: int
+  max_predictions: int  # prediction slots: those configured, fewer if the rates never need them
+  batch_size: int
+  rope_base: float
+  mask_rates: tuple[float, float] | None = None  # its own (start, end) rates, if it names them
+
+
+def options(entry) -> dict:
+  """The 4th item of a phase entry ({} when there is none)."""
+  return dict(entry[3]) if len(entry) > 3 else {}
+
+
+def _spec(config) -> tuple:
+  return tuple(config.train.phases) or (
+      (1.0, config.data.seq_len, config.masking.max_predictions_per_seq),)
+
+
+def _bounds(spec, total: int) -> list[tuple[int, int]]:
+  """(start, end) steps of each phase; the ends are fractions of train.steps."""
+  out, start, cumulative = [], 0, 0.0
+  for i, entry in enumerate(spec):
+    cumulative += entry[0]
+    end = total if i == len(spec) - 1 else min(total, round(cumulative * total))
+    out.append((start, end))
+    start = end
+  return out
+
+
+def mask_rates(config) -> masking.RateSchedule:
+  """The run's mask rate by step: a phase naming `mask_rate` gets a segment of its own, the
+  others follow the run-long masking.mask_rate -> mask_rate_end."""
+  m, total = config.masking, config.train.steps
+  run_end = m.mask_rate if m.mask_rate_schedule == "constant" else m.mask_rate_end
+  run_long = masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
+                                  m.mask_rate_schedule)
+  segments = []
+  for entry, (start, end) in zip(_spec(config), _bounds(_spec(config), total)):
+    opts = options(entry)
+    if "mask_rate" in opts:
+      rate = float(opts["mask_rate"])
+      segments.append(masking.Segment(start, end, rate, float(opts.get("mask_rate_end", rate))))
+    else:  # the run-long schedule's piece over this phase
+      segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
+  if not any("mask_rate" in options(e) for e in _spec(config)):
+    return run_long  # one segment: a cosine stays one cosine over the run
+  return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
+
+
+def schedules_mask_rate(config) -> bool:
+  """Whether the mask rate changes during the run (else masking.mask_rate throughout)."""
+  return config.masking.mask_rate_schedule != "constant" or any(
+      "mask_rate" in options(e) for e in _spec(config))
 
 
 def plan(config) -> list[Phase]:
   """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
-  total = config.train.steps
-  spec = tuple(config.train.phases) or (
-      (1.0, config.data.seq_len, config.masking.max_predictions_per_seq),)
-  phases, start, cumulative = [], 0, 0.0
-  for i, (fraction, seq_len, max_predictions) in enumerate(spec):
-    cumulative += fraction
-    end = total if i == len(spec) - 1 else min(total, round(cumulative * total))
-    phases.append(Phase(i, start, end, int(seq_len), int(max_predictions)))
-    start = end
+  spec = _spec(config)
+  rates = mask_rates(config) if schedules_mask_rate(config) else None
+  phases = []
+  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, config.train.steps))):
+    opts = options(entry)
+    seq_len, slots = int(entry[1]), int(entry[2])
+    if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
+      _, wanted = masking.budget(seq_len - 2, rates.peak(start, end), slots)
+      slots = min(slots, int(wanted))
+    own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
+           if "mask_rate" in opts else None)
+    phases.append(Phase(i, start, end, seq_len, slots,
+                        int(opts.get("batch_size", config.train.batch_size)),
+                        float(opts.get("rope_base", config.model.rope_base)), own))
   return phases
 
 
@@ -48,9 +119,30 @@ def phase_at(phases: list[Phase], steps_done: int) -> Phase:
 
 
 def phase_config(config, phase: Phase) -> ml_collections.ConfigDict:
-  """A copy of `config` with the phase's row length, prediction slots and data seed."""
+  """A copy of `config` with the phase's row length, prediction slots, batch, rotary base and
+  data seed."""
   out = ml_collections.ConfigDict(config.to_dict())
   out.data.seq_len = phase.seq_len
   out.masking.max_predictions_per_seq = phase.max_predictions
+  out.train.batch_size = phase.batch_size
+  out.model.rope_base = phase.rope_base
   out.seed = config.seed + _PHASE_SEED_STRIDE * phase.index
   return out
+
+
+def batch_sizes(train_config) -> list[int]:
+  """Every global batch size of the run (train.batch_size and the phases'), ascending."""
+  return sorted({train_config.batch_size, *(
+      int(options(e).get("batch_size", train_config.batch_size)) for e in train_config.phases)})
+
+
+def step_tokens(train_config) -> tuple[np.ndarray, np.ndarray]:
+  """(step, tokens seen after it) at every phase boundary, from train.* alone (the optimizer's
+  token clock): rows x seq_len per step, phase by phase. Without phases every step is alike."""
+  spec = tuple(train_config.phases) or ((1.0, 1, 1),)
+  steps, tokens = [0], [0.0]
+  for entry, (start, end) in zip(spec, _bounds(spec, train_config.steps)):
+    rows = int(options(entry).get("batch_size", train_config.batch_size))
+    steps.append(end)
+    tokens.append(tokens[-1] + (end - start) * rows * int(entry[1]))
+  return np.asarray(steps, np.float64), np.asarray(tokens, np.float64)

@@ -17,6 +17,7 @@ import time
 
 from absl import logging
 import jax
+import ml_collections
 import numpy as np
 
 from mlmjax.data import prefetch
@@ -115,8 +116,10 @@ class _Trainer(loop.StepLoop):
     self.feedback = masking_feedback.for_config(config.masking, vocab_size)
     self.loop = LoopState(config.train)
     self.setup = train_state.make_setup(config, vocab_size, self.mesh)
-    self.train_step = steps.make_pretrain_step(self.setup, config, self.feedback.per_token_loss)
-    self.eval_step = steps.make_eval_step(self.setup)
+    # The mask rate by step (None: masking.mask_rate throughout); phases take their piece.
+    self.mask_rates = (phases_lib.mask_rates(config)
+                       if phases_lib.schedules_mask_rate(config) else None)
+    self._steps_by_rope_base: dict[float, tuple] = {}
     self.ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
     self.checkpoint_every = config.train.checkpoint_every_steps
@@ -133,10 +136,24 @@ class _Trainer(loop.StepLoop):
     if self.data is not None:
       self.data.close()
     self.phase, self.phase_config = phase, phases_lib.phase_config(self.config, phase)
+    self.train_step, self.eval_step = self._steps_for(self.phase_config)
     self.data = prefetch.DevicePrefetcher(
-        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at),
+        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at,
+                              self.mask_rates),
         self.mesh, self.config.data.device_prefetch)
     return self.data
+
+  def _steps_for(self, phase_config):
+    """The train and eval steps of a phase: one pair per rotary base (the base is part of the
+    model's graph, not of its parameters; new shapes only retrace the same jitted steps)."""
+    base = phase_config.model.rope_base
+    if base not in self._steps_by_rope_base:
+      setup = train_state.with_model(self.setup, phase_config, self.input.tokenizer.vocab_size)
+      # The run's config, not the phase's: dropout keys are seeded by the run's seed.
+      self._steps_by_rope_base[base] = (
+          steps.make_pretrain_step(setup, self.config, self.feedback.per_token_loss),
+          steps.make_eval_step(setup))
+    return self._steps_by_rope_base[base]
 
   def _restore(self):
     # The iterator in a checkpoint is that of the phase which trained its last step.
@@ -163,7 +180,7 @@ class _Trainer(loop.StepLoop):
 
   def _set_throughput_shapes(self) -> None:
     self.throughput.set_shapes(
-        self.config.train.batch_size * self.phase.seq_len,
+        self.phase.batch_size * self.phase.seq_len,
         flops.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
                                     self.phase.seq_len, self.phase.max_predictions))
 
@@ -180,8 +197,9 @@ class _Trainer(loop.StepLoop):
     if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
       self._open_phase(self.phases[self.phase.index + 1])
       self._set_throughput_shapes()
-      logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
-                   self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
+      logging.info("Phase %d from step %d: seq_len %d, max_predictions %d, batch %d,"
+                   " rope_base %g", self.phase.index, step, self.phase.seq_len,
+                   self.phase.max_predictions, self.phase.batch_size, self.phase.rope_base)
 
   def next_batch(self, step: int) -> dict:
     return next(self.data)
@@ -204,8 +222,10 @@ class _Trainer(loop.StepLoop):
     return step % self.config.train.eval_every_steps == 0 or step == self.config.train.steps
 
   def evaluate(self, step: int, state) -> None:
-    out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase_config,
-                          self.mesh)
+    # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
+    eval_config = ml_collections.ConfigDict(self.phase_config.to_dict())
+    eval_config.train.batch_size = self.config.train.batch_size
+    out = heldout_metrics(self.eval_step, state["params"], self.input, eval_config, self.mesh)
     logging.info("eval at step %d: %s", step,
                  ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
     self.writer.write(step, out)
@@ -236,7 +256,9 @@ class _Trainer(loop.StepLoop):
       if self.start >= t.steps:
         logging.info("Checkpoint step %d >= train.steps=%d: nothing to train", self.start,
                      t.steps)
-      state, last, _ = self.run_steps(self.train_step, state, self.start, last)
+      # Through self: a phase may bring its own train step (another rotary base).
+      state, last, _ = self.run_steps(lambda *args: self.train_step(*args), state, self.start,
+                                      last)
     finally:  # also on errors: let a pending async save finish rather than lose it
       self.data.close()
       self.ckpt.close()

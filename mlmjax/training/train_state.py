@@ -89,6 +89,13 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
                        config.model.scan_layers)
 
 
+def with_model(setup: Setup, config, vocab_size: int) -> Setup:
+  """`setup` running the pretraining model of `config`, whose architecture differs at most in
+  what is not a parameter (a phase's rotary base): same parameters, optimizer, shardings."""
+  graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed)))
+  return dataclasses.replace(setup, graphdef=graphdef)
+
+
 def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,
                   mesh: jax.sharding.Mesh, rules, scan_layers: bool) -> Setup:
   """The Setup of any module `build` makes (the pretraining model, a fine-tuning classifier):
@@ -105,11 +112,13 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
 
   abstract = jax.eval_shape(init)
   replicated = sharding.replicated(mesh)
-  # Optimizer moments (Adam/LAMB mu, nu) are sharded exactly like their parameters (so FSDP
-  # shards them too); counters and other non-parameter leaves are replicated scalars.
+  # Optimizer moments (Adam/LAMB mu, nu, Muon's momentum) are sharded exactly like their
+  # parameters (so FSDP shards them too); counters and other non-parameter leaves are
+  # replicated scalars. A parameter group's state (Muon) holds MaskedNodes for the others.
+  masked = lambda v: isinstance(v, optax.MaskedNode)
   opt_shardings = optax.tree_map_params(
-      tx, lambda _, s: s, abstract["opt_state"], param_shardings,
-      transform_non_params=lambda _: replicated)
+      tx, lambda v, s: v if masked(v) else s, abstract["opt_state"], param_shardings,
+      transform_non_params=lambda _: replicated, is_leaf=masked)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
   compute = sharding.compute_shardings(param_shardings)
   return Setup(

@@ -7,8 +7,10 @@
   strategies.py  the base strategies, one selection function each, in one table
   masker.py      mixture, static, the 80/10/10 replacement: what the pipeline calls
   settings.py    the masking.* keys typed, the mixture spec, the per-row budget
+  rate_schedule.py  the mask rate as a function of the step (masking.mask_rate_schedule)
 """
 
 from mlmjax.data.masking.masker import Masker
+from mlmjax.data.masking.rate_schedule import RateSchedule, Segment
 from mlmjax.data.masking.settings import Settings, budget
 from mlmjax.data.masking.strategies import STATIC_BASES, STRATEGIES

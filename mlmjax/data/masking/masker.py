@@ -31,6 +31,7 @@ import numpy as np
 
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import entities
+from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as settings_lib
 from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms
@@ -53,12 +54,16 @@ class Masker:
   def __init__(self, masking_config, stats: vocab_stats_lib.VocabStats,
                gazetteer: entities.Gazetteer | None = None,
                token_weights: Callable[[int], np.ndarray | None] | None = None,
-               span_boundaries: bool = False):
+               span_boundaries: bool = False,
+               mask_rates: rate_schedule.RateSchedule | None = None):
     """`masking_config`: config.masking, already checked (config_check.py).
     `token_weights(step)`: adaptive masking's weight table in force at that step.
     `span_boundaries`: also say where each masked slot's unit (span, word, entity, or the
-    token itself) begins and ends, for SpanBERT's span-boundary objective."""
+    token itself) begins and ends, for SpanBERT's span-boundary objective.
+    `mask_rates`: the rate as a function of the step (masking.mask_rate_schedule); None:
+    masking.mask_rate at every step. Static masks are fixed, so they keep masking.mask_rate."""
     self.settings = settings_lib.Settings.from_config(masking_config)
+    self.mask_rates = mask_rates
     self.span_boundaries = span_boundaries
     self._ctx = strategies.Context(self.settings, stats, gazetteer,
                                    token_weights or strategies.no_weights)
@@ -109,8 +114,9 @@ class Masker:
     ids = np.asarray(batch["input_ids"])
     seg = batch.get("segment_ids")
     seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
-    rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids),
-                                self.settings.mask_rate, self.settings.max_predictions)
+    rate = self.settings.mask_rate if self.mask_rates is None else self.mask_rates.at(step)
+    rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids), rate,
+                                self.settings.max_predictions)
     sel = strategies.SELECTORS[strategy](rows, self._ctx)
     return sel.selected, self._replace(rows, sel), sel.head_col, rows.want
 
