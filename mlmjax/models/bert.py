@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mlmjax.models import compile_target
 from mlmjax.models import layers
 
 REMAT = ("none", "dots_saveable", "full")
@@ -46,10 +47,12 @@ _POLICIES = {
 }
 
 
-def compute_dtype(name: str) -> jnp.dtype:
-  """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU."""
+def compute_dtype(name: str, platform: str | None = None) -> jnp.dtype:
+  """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU
+  (the platform compiled for: compile_target.py)."""
   if name == "auto":
-    return jnp.bfloat16 if jax.devices()[0].platform in ("tpu", "gpu") else jnp.float32
+    platform = platform or compile_target.platform()
+    return jnp.bfloat16 if platform in ("tpu", "gpu") else jnp.float32
   return jnp.dtype(name)
 
 

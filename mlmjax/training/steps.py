@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from mlmjax.models import compile_target
 from mlmjax.models import electra
 from mlmjax.training import losses
 from mlmjax.models import bert as model_lib
@@ -49,8 +50,14 @@ class Setup:
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
-    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
-        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+    with _for_mesh(self.mesh):  # the kernels' shard_map and `auto` choices follow the mesh
+      return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+          jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+
+
+def _for_mesh(mesh):
+  """Build and trace the model for `mesh` (models/compile_target.py), not this machine."""
+  return compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",))
 
 
 def _layer_shardings(compute: dict, model_config) -> dict[str, dict]:
@@ -87,7 +94,8 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
   the shardings."""
   if build is None:
     build = lambda: build_model(config, vocab_size, config.seed)
-  abstract_model = nnx.eval_shape(build)
+  with _for_mesh(mesh):  # model.dtype='auto' is the mesh's platform's
+    abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, config.mesh.rules)
   tx = optimizer.make_optimizer(config.train)
