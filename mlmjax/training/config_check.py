@@ -18,6 +18,7 @@ from mlmjax.models import electra
 from mlmjax.models import bert as model_lib
 from mlmjax.training import optimizer
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import profiling
 from mlmjax.parallel import sharding
 from mlmjax.data import formats
 from mlmjax.data import masking
@@ -262,6 +263,7 @@ def _check_train(t) -> None:
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _one_of("train.nonfinite_policy", t.nonfinite_policy, ("skip", "stop"))
+  profiling.parse(t.profile_steps)
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:
     raise ConfigError("train.steps, train.eval_batches, train.max_checkpoints_to_keep and the"

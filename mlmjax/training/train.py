@@ -29,6 +29,7 @@ from mlmjax.training import losses
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.models import bert as model_lib
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import profiling
 from mlmjax.parallel import sharding
 from mlmjax.training import steps
 from mlmjax.training import workdir as workdir_lib
@@ -226,6 +227,7 @@ class _Trainer:
     last = t.steps if stop_after is None else min(t.steps, stop_after)
     eval_metrics: dict[str, float] = {}
     pending = None  # (step, metrics) of the step still in flight
+    profiler = profiling.StepProfiler(t.profile_steps, self.workdir.path)
     t0 = time.perf_counter()
     try:
       if self._eval_missing(self.start):
@@ -239,7 +241,9 @@ class _Trainer:
           self._set_throughput_shapes()
           logging.info("Phase %d from step %d: seq_len %d, max_predictions %d",
                        self.phase.index, step, self.phase.seq_len, self.phase.max_predictions)
+        profiler.before(step + 1)
         state, step_metrics = self.train_step(state, next(self.data))
+        profiler.after(step + 1, step_metrics)
         # At most two steps in flight: block on the previous one (needed by the CPU backend
         # with many devices, and free elsewhere since the device is busy with this step).
         if pending is not None:
@@ -267,6 +271,7 @@ class _Trainer:
       if pending is not None:
         self._finish(*pending)
     finally:  # also on errors: let a pending async save finish rather than lose it
+      profiler.stop()
       self.data.close()
       self.ckpt.close()
       self.writer.close()

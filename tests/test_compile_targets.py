@@ -1,0 +1,123 @@
+"""Compiling for TPU slices and GPU nodes from this CPU machine (parallel/targets.py,
+training/aot.py, mlmjax.compile): the real steps, the TPU/GPU compilers, no accelerator.
+
+The CPU tests can run the Pallas kernels only in interpret mode on one device, where nothing
+is partitioned: only the target's compiler shows whether a kernel runs on a multi-device mesh
+(before the kernels ran under shard_map, lowering for any TPU mesh of more than one chip
+raised "Mosaic kernels cannot be automatically partitioned").
+"""
+
+import importlib.util
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from configs import tiny
+from conftest import REPO, user_env
+from mlmjax import errors
+from mlmjax.models import attention
+from mlmjax.models import compile_target
+from mlmjax.parallel import hlo
+from mlmjax.parallel import sharding
+from mlmjax.parallel import targets
+from mlmjax.training import aot
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                                  reason="libtpu is not installed (pip install -e '.[tpu]')")
+needs_cuda_plugin = pytest.mark.skipif(
+    importlib.util.find_spec("jax_cuda12_plugin") is None,
+    reason="jax's CUDA plugin is not installed (pip install -e '.[gpu-compile]')")
+
+
+def _config(**model):
+  """tiny at a length the TPU kernel takes (multiples of 128), as a user would override it."""
+  config = tiny.get_config()
+  config.data.seq_len = 128
+  config.model.max_position_embeddings = 128
+  config.masking.max_predictions_per_seq = 38  # 30% of 126 maskable tokens
+  config.model.update(model)
+  return config
+
+
+def _largest_param_bytes(config, target) -> int:
+  mesh = sharding.make_mesh(config.mesh, target.devices)
+  from mlmjax.training import steps  # pylint: disable=g-import-not-at-top
+  setup = steps.make_setup(config, aot.vocab_size(config), mesh)
+  return max(x.size * x.dtype.itemsize for x in jax.tree.leaves(setup.abstract_state["params"]))
+
+
+@needs_libtpu
+def test_target_names():
+  for name, chips, kind in [("v4-8", 4, "TPU v4"), ("v5p-8", 4, "TPU v5"),
+                            ("v5p-128", 64, "TPU v5"), ("v5litepod-16", 16, "TPU v5 lite"),
+                            ("v6e-8", 8, "TPU v6 lite"), ("2xv5p-64", 64, "TPU v5")]:
+    t = targets.get(name)
+    assert (len(t.devices), t.device_kind, t.platform) == (chips, kind, "tpu"), name
+  assert targets.get("2xv5p-64").num_slices == 2
+  assert targets.get("v5litepod-16").hbm_bytes == 16 * 2**30
+  for bad in ("v5p-7", "v7x-8", "h100"):
+    with pytest.raises(errors.UserError, match=r"unknown target .* use v4-N, v5p-N"):
+      targets.get(bad)
+
+
+# Per-device bytes (arguments + outputs - aliased + temporaries + generated code) of tiny at
+# seq 128 as compiled by libtpu 0.0.42.1 (jax 0.10.2); a change of more than 10% is a change in
+# what the step keeps, to look at.
+_MEMORY = {("v5p-8", "train"): None, ("v5p-8", "eval"): None,
+           ("v5litepod-16", "train"): None, ("v5litepod-16", "eval"): None}
+
+
+@needs_libtpu
+@pytest.mark.parametrize("name", ["v5p-8", "v5litepod-16"])
+def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name):
+  """`auto` is splash on TPU (training too, with attention dropout 0); it must be in both
+  programs, no all-gather may be bigger than one parameter (no whole-model gather), and the
+  memory per chip stays where it was."""
+  target = targets.get(name)
+  config = _config()
+  biggest = _largest_param_bytes(config, target)
+  for step in aot.compile_steps(config, target):
+    r = step.report
+    assert r["attention_kernels"] == ["splash"], r
+    assert r["dtype"] == "bfloat16" and r["devices"] == len(target.devices) and r["fits"]
+    assert hlo.largest(step.hlo_text, "all-gather") <= biggest
+    want = _MEMORY[(name, r["step"])]
+    print(name, r["step"], r["memory_bytes"]["total"])
+    if want is not None:
+      assert abs(r["memory_bytes"]["total"] - want) <= 0.1 * want, (r["memory_bytes"], want)
+
+
+@needs_cuda_plugin
+def test_pallas_gpu_kernel_compiles_on_eight_h100():
+  target = targets.get("h100x8")
+  for step in aot.compile_steps(_config(attention_impl="pallas_gpu"), target):
+    assert step.report["attention_kernels"] == ["pallas_gpu"], step.report
+    assert step.report["device"] == "NVIDIA H100 80GB HBM3" and step.report["devices"] == 8
+
+
+def test_sharded_splash_matches_the_reference_on_eight_devices():
+  """The shard_map around the kernel (rows over data x fsdp, heads over tensor) computes the
+  same attention as the einsum oracle: run here in interpret mode on 8 CPU devices."""
+  mesh = jax.make_mesh((2, 2, 2), sharding.MESH_AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(4, 128, 2, 16)), jnp.float32) for _ in range(3))
+  seg = np.ones((4, 128), np.int32)
+  seg[0, 60:] = 2
+  seg[1, 100:] = 0
+  seg = jnp.asarray(seg)
+
+  @jax.jit
+  def sharded(q, k, v, seg):
+    with compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",)):
+      return attention.attend(q, k, v, seg, "splash", interpret=True, window=32, local=True)
+
+  got = sharded(q, k, v, seg)
+  want = attention.reference(q, k, v, seg, window=32, local=True)
+  real = np.asarray(seg > 0)[:, :, None, None]
+  np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=2e-5)
