@@ -3,10 +3,10 @@ bytes, and which attention kernel runs. Read from the text because the compiled 
 API for either.
 
 Collectives are counted once each: an async pair (`all-gather-start` / `all-gather-done`) by
-its `-done` (whose shape is the result), a synchronous one by itself. On TPU, XLA fuses a
-reduce-scatter into a fusion whose name starts with `all-reduce-scatter` (the collective inside
-it is an all-reduce of the fusion's own computation): those count as reduce-scatter, their
-inner all-reduce not at all.
+its `-done` (whose shape is the result), a synchronous one by itself. On TPU, XLA turns a
+reduce-scatter into a fusion calling a computation named `all-reduce-scatter.N` (inside it, an
+all-reduce): such a fusion counts as one reduce-scatter (its result: the device's shard), the
+all-reduce inside it not at all.
 """
 
 from __future__ import annotations
@@ -32,56 +32,46 @@ def shape_bytes(shape: str) -> int:
                  for dt, dims in _ARRAY.findall(shape)))
 
 
-def _fused_scatter_bodies(text: str) -> set[str]:
-  """Computations called by `all-reduce-scatter` fusions (their all-reduce is not separate)."""
-  out = set()
+def _instructions(text: str):
+  """(computation, name, shape, opcode, line) of every instruction."""
+  computation = ""
   for line in text.splitlines():
     m = _INSTR.match(line)
-    if m and m.group(1).startswith("all-reduce-scatter") and m.group(3) == "fusion":
-      out.update(re.findall(r"calls=%?([\w.\-]+)", line))
-  return out
+    if m:
+      yield (computation, *m.groups(), line)
+      continue
+    c = _COMPUTATION.match(line)
+    if c:
+      computation = c.group(1)
+
+
+def _kinds(text: str):
+  """(kind, result bytes) of each collective, counted once (see the module docstring)."""
+  for computation, name, shape, op, line in _instructions(text):
+    if computation.startswith("all-reduce-scatter"):
+      continue  # the body of a fused reduce-scatter: counted at its fusion
+    called = re.search(r"calls=%?([\w.\-]+)", line)
+    if op == "fusion" and called and called.group(1).startswith("all-reduce-scatter"):
+      yield "reduce-scatter", shape_bytes(shape)
+    elif not op.endswith("-start"):  # an async collective is counted by its -done
+      kind = op[:-len("-done")] if op.endswith("-done") else op
+      if kind in KINDS:
+        yield kind, shape_bytes(shape)
 
 
 def collectives(text: str) -> dict[str, dict[str, int]]:
   """{kind: {"count", "bytes"}} over the whole program (result bytes per device)."""
-  skip = _fused_scatter_bodies(text)
   out: dict[str, dict[str, int]] = {}
-  computation = ""
-  for line in text.splitlines():
-    c = _COMPUTATION.match(line)
-    if c and "=" not in line.split("{")[0]:
-      computation = c.group(1)
-      continue
-    m = _INSTR.match(line)
-    if not m or computation in skip:
-      continue
-    name, shape, op = m.groups()
-    if name.startswith("all-reduce-scatter") and op == "fusion":
-      kind = "reduce-scatter"
-    elif op.endswith("-start"):
-      continue  # counted by its -done
-    else:
-      kind = op[:-len("-done")] if op.endswith("-done") else op
-      if kind not in KINDS:
-        continue
+  for kind, nbytes in _kinds(text):
     entry = out.setdefault(kind, {"count": 0, "bytes": 0})
     entry["count"] += 1
-    entry["bytes"] += shape_bytes(shape)
+    entry["bytes"] += nbytes
   return dict(sorted(out.items()))
 
 
 def largest(text: str, kind: str) -> int:
   """The result bytes of the largest single `kind` collective (0 if there is none)."""
-  skip, best, computation = _fused_scatter_bodies(text), 0, ""
-  for line in text.splitlines():
-    c = _COMPUTATION.match(line)
-    if c and "=" not in line.split("{")[0]:
-      computation = c.group(1)
-      continue
-    m = _INSTR.match(line)
-    if m and computation not in skip and m.group(3) in (kind, kind + "-done"):
-      best = max(best, shape_bytes(m.group(2)))
-  return best
+  return max((n for k, n in _kinds(text) if k == kind), default=0)
 
 
 def attention_kernels(text: str) -> list[str]:

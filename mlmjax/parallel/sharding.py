@@ -123,6 +123,31 @@ def compute_shardings(param_shardings_tree):
   return jax.tree.map(lambda s: without_axes(s, BATCH_AXES), param_shardings_tree)
 
 
+def gather_for_compute(params, compute, stored):
+  """`params` (trees) constrained to their `compute` shardings, with gradients that come back
+  in their `stored` shardings.
+
+  A plain with_sharding_constraint is its own transpose: the gradient would be pinned to the
+  gathered layout too, i.e. fully summed on every device (an all-reduce of the whole gradient)
+  and only then sliced to each device's fsdp shard. Measured on v5p-8 with FSDP, BERT-tiny's
+  step did exactly that (8 gradient all-reduces, no reduce-scatter). Constraining the gradient
+  to the stored sharding instead lets XLA sum each device's share only: a reduce-scatter, a
+  quarter of the bytes received per device at fsdp=4. Where compute and storage agree (no
+  fsdp axis) it is a plain constraint."""
+  def one(p, c, s):
+    if c == s:
+      return jax.lax.with_sharding_constraint(p, c)
+
+    @jax.custom_vjp
+    def gather(x):
+      return jax.lax.with_sharding_constraint(x, c)
+
+    gather.defvjp(lambda x: (gather(x), None),
+                  lambda _, g: (jax.lax.with_sharding_constraint(g, s),))
+    return gather(p)
+  return jax.tree.map(one, params, compute, stored)
+
+
 def drop_leading_axis(shardings_tree):
   """The shardings of one slice along the leading axis (one layer of stacked parameters)."""
   return jax.tree.map(lambda s: NamedSharding(s.mesh, P(*s.spec[1:])), shardings_tree)

@@ -38,6 +38,7 @@ class Setup:
   # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
   compute_shardings: dict
   layer_shardings: dict[str, dict]
+  stored_layer_shardings: dict[str, dict]  # the same layers' at rest (their gradients')
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
@@ -45,14 +46,16 @@ class Setup:
     """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
     front, each block's weights only when that block runs; autodiff turns each gather into
     the reduce-scatter of the gradient. No-ops without an fsdp axis."""
-    def gather_outside_blocks(path, p, s):
-      return p if "blocks" in sharding.path_keys(path) else jax.lax.with_sharding_constraint(p, s)
+    def gather_outside_blocks(path, p, c, s):
+      return p if "blocks" in sharding.path_keys(path) else sharding.gather_for_compute(p, c, s)
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
-                                              self.compute_shardings)
+                                              self.compute_shardings,
+                                              self.state_shardings["params"])
     model = nnx.merge(self.graphdef, params)
     with _for_mesh(self.mesh):  # the kernels' shard_map and `auto` choices follow the mesh
       return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
-          jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+          sharding.gather_for_compute(p, self.layer_shardings[name],
+                                      self.stored_layer_shardings[name])))
 
 
 def _for_mesh(mesh):
@@ -116,6 +119,7 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh,
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
       compute_shardings=compute, layer_shardings=_layer_shardings(compute, config.model),
+      stored_layer_shardings=_layer_shardings(param_shardings, config.model),
       abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))
 
