@@ -128,3 +128,17 @@ def test_sharded_splash_matches_the_reference_on_eight_devices():
   want = attention.reference(q, k, v, seg, window=32, local=True)
   real = np.asarray(seg > 0)[:, :, None, None]
   np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=2e-5)
+
+
+@needs_libtpu
+def test_a_config_too_big_for_the_chip_is_one_line():
+  """The command, as a user runs it: 65,536 rows on one v5e chip (16 GiB) cannot fit."""
+  out = subprocess.run(
+      [sys.executable, "-m", "mlmjax.compile", "--config=configs/tiny.py",
+       "--target=v5litepod-1", "--config.train.batch_size=65536", "--config.model.num_layers=2"],
+      cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300, check=False)
+  assert out.returncode == 1 and out.stdout == "", out
+  line = out.stderr.strip().splitlines()[-1]
+  assert line.startswith("error: the train step needs "), out.stderr[-2000:]
+  assert "on v5litepod-1 (TPU v5 lite, 16.00 GiB per device" in line and "GiB over" in line
+  assert "Traceback" not in out.stderr

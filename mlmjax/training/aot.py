@@ -141,21 +141,29 @@ def _compile(name, fn, args, config, target, mesh, model_flops) -> Compiled:
   return Compiled(report, text)
 
 
-_USED = re.compile(r"[Uu]sed\s+([\d.]+)([KMGT])\s+of\s+([\d.]+)([KMGT])")
+# libtpu's words: "... the total memory required for HLO temporaries (108.03G) exceeds
+# available HBM (15.75G)" (or "Used 20.5G of 15.75G hbm").
+_OVER = (re.compile(r"required for ([\w ]+?) \(([\d.]+)([KMGT])\) exceeds available HBM"
+                    r" \(([\d.]+)([KMGT])\)"),
+         re.compile(r"[Uu]sed ()([\d.]+)([KMGT]) of ([\d.]+)([KMGT])"))
 _UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_ADVICE = ("shrink train.batch_size per device (train.grad_accum_steps keeps the global batch),"
+           " set model.remat, or shard over more devices (config.mesh.shape)")
 
 
 def _over_message(name: str, target, error: str) -> str:
   """The one line for a step the compiler found too big (from XLA's RESOURCE_EXHAUSTED)."""
-  m = _USED.search(error)
-  chip = f"{target.name} ({target.device_kind}, {target.hbm_bytes / GiB:.2f} GiB per device)"
-  if m:
-    used = float(m.group(1)) * _UNITS[m.group(2)]
-    return (f"the {name} step needs {used / GiB:.2f} GiB per device on {chip}:"
-            f" {(used - target.hbm_bytes) / GiB:.2f} GiB over; shrink train.batch_size per"
-            " device, set model.remat, or shard more (config.mesh.shape)")
+  chip = f"{target.name} ({target.device_kind}, {target.hbm_bytes / GiB:.2f} GiB per device"
+  for pattern in _OVER:
+    m = pattern.search(error)
+    if m:
+      what = m.group(1)
+      used, free = (float(m.group(i)) * _UNITS[m.group(i + 1)] for i in (2, 4))
+      need = f"{used / GiB:.2f} GiB" + (f" for {what}" if what else "")
+      return (f"the {name} step needs {need} per device on {chip}, {free / GiB:.2f} GiB"
+              f" usable): {(used - free) / GiB:.2f} GiB over; {_ADVICE}")
   detail = next((l.strip() for l in error.splitlines() if "RESOURCE_EXHAUSTED" in l), error)
-  return f"the {name} step does not fit {chip}: {detail[:300]}"
+  return f"the {name} step does not fit {chip}): {detail[:300]}"
 
 
 def does_not_fit(report: dict, target) -> DoesNotFitError:
@@ -163,8 +171,7 @@ def does_not_fit(report: dict, target) -> DoesNotFitError:
   return DoesNotFitError(
       f"the {report['step']} step needs {total / GiB:.2f} GiB per device on {target.name}"
       f" ({target.device_kind}, {target.hbm_bytes / GiB:.2f} GiB per device):"
-      f" {(total - target.hbm_bytes) / GiB:.2f} GiB over; shrink train.batch_size per device,"
-      " set model.remat, or shard more (config.mesh.shape)")
+      f" {(total - target.hbm_bytes) / GiB:.2f} GiB over; {_ADVICE}")
 
 
 def write_hlo(compiled: Compiled, hlo_dir: str) -> str:
