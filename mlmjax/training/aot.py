@@ -10,7 +10,8 @@ make_eval_step on a mesh of the target's devices); only the inputs are abstract
                against the device's HBM
   flops        the compiler's count per device (cost_analysis) beside flops.py's model FLOPs.
                With model.scan_layers the compiler counts the loop body once, not L times:
-               `compiler_flops_counts_layers` says how many layers it saw.
+               `compiler_flops_counts_layers` says how many layers it saw, and the ratio
+               compares it with flops.py's count of those layers (one), not all L.
   collectives  by kind, count and result bytes per device (parallel/hlo.py)
   attention    the fused kernel found in the program (or [] for plain XLA attention)
 
@@ -95,12 +96,23 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
       fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
                                                    batch_spec(config, mesh, p))
       per_token = flops_lib.train_flops_per_token(held_out, vocab) / 3  # forward only
-    model_flops = per_token * config.train.batch_size * config.data.seq_len / mesh.size
-    out.append(_compile(name, fn, args, config, target, mesh, model_flops))
+    tokens = config.train.batch_size * config.data.seq_len / mesh.size
+    model_flops = per_token * tokens
+    # What the compiler can see of it: with scan_layers it counts the loop body once, so
+    # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
+    # ELECTRA's two stacks are not split out: None).
+    seen = model_flops
+    if config.model.scan_layers:
+      seen = None
+      if config.objective.kind == "mlm":
+        layers = config.model.num_layers
+        stack = flops_lib.encoder_flops_per_token(config.model, config.data.seq_len) * tokens
+        seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
+    out.append(_compile(name, fn, args, config, target, mesh, model_flops, seen))
   return out
 
 
-def _compile(name, fn, args, config, target, mesh, model_flops) -> Compiled:
+def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> Compiled:
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -134,7 +146,9 @@ def _compile(name, fn, args, config, target, mesh, model_flops) -> Compiled:
       # The loop of a scanned stack is counted once: the compiler saw 1 layer of L.
       "compiler_flops_counts_layers": 1 if m_cfg.scan_layers else m_cfg.num_layers,
       "model_flops_per_device": model_flops,
-      "compiler_over_model_flops": None if not compiler_flops else compiler_flops / model_flops,
+      # Like with like: flops.py's count of what the compiler counted (one layer if scanned).
+      "compiler_over_model_flops": (compiler_flops / seen_flops
+                                    if compiler_flops and seen_flops else None),
       "collectives": hlo.collectives(text),
       "compile_s": round(compile_s, 2),
   }
