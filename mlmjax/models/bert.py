@@ -36,8 +36,21 @@ _LAYOUT_OPS = frozenset({"sharding_constraint", "convert_element_type", "reshape
                          "broadcast_in_dim", "squeeze", "expand_dims", "name", "copy"})
 
 
-def _save_all_but_layout(prim, *_, **__) -> bool:
-  return prim.name not in _LAYOUT_OPS
+def _save_all_but_layout(prim, *_, **params) -> bool:
+  return not _is_layout(prim, params)
+
+
+def _is_layout(prim, params) -> bool:
+  """A layout op, or a custom_vjp whose forward is only layout ops: FSDP's gather, whose
+  custom gradient (parallel/sharding.py) would otherwise make its output, the layer's whole
+  gathered weights, a saved residual."""
+  if prim.name in _LAYOUT_OPS:
+    return True
+  if prim.name.startswith("custom_vjp_call"):
+    jaxpr = params.get("call_jaxpr")
+    eqns = getattr(getattr(jaxpr, "jaxpr", jaxpr), "eqns", None)
+    return bool(eqns) and all(e.primitive.name in _LAYOUT_OPS for e in eqns)
+  return False
 
 
 _POLICIES = {

@@ -44,13 +44,15 @@ class Setup:
 
   def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
     """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
-    front, each block's weights only when that block runs; autodiff turns each gather into
-    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
-    def gather_outside_blocks(path, p, c, s):
-      return p if "blocks" in sharding.path_keys(path) else sharding.gather_for_compute(p, c, s)
+    front, each block's weights only when that block runs. A block's gradient comes back in
+    its stored (fsdp) sharding, so it is reduce-scattered (sharding.gather_for_compute); the
+    embeddings' and heads' keep the plain constraint, whose gradient is all-reduced (asking
+    the same of them made GSPMD move the hidden states' gradient between devices instead,
+    an all-to-all). No-ops without an fsdp axis."""
+    def gather_outside_blocks(path, p, s):
+      return p if "blocks" in sharding.path_keys(path) else jax.lax.with_sharding_constraint(p, s)
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
-                                              self.compute_shardings,
-                                              self.state_shardings["params"])
+                                              self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
     with _for_mesh(self.mesh):  # the kernels' shard_map and `auto` choices follow the mesh
       return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
