@@ -122,9 +122,9 @@ def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> C
     raise
   except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
     if "cuDNN not found" in str(e):
-      raise UserError("model.attention_impl='auto' is cuDNN attention on GPUs, and compiling"
-                      " it needs cuDNN: pip install nvidia-cudnn-cu12, or set"
-                      " model.attention_impl='pallas_gpu'") from None
+      raise UserError(f"model.attention_impl={config.model.attention_impl!r} is cuDNN attention"
+                      " here, and compiling it needs cuDNN: pip install nvidia-cudnn-cu12, or"
+                      " set model.attention_impl='pallas_gpu'") from None
     raise
   compile_s = time.perf_counter() - t0
   text = compiled.as_text()
