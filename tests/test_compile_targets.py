@@ -13,6 +13,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -59,6 +60,14 @@ def test_target_names():
     t = targets.get(name)
     assert (len(t.devices), t.device_kind, t.platform) == (chips, kind, "tpu"), name
   assert targets.get("2xv5p-64").num_slices == 2
+  # Only `data` spans the slices (the data-center network): each data index is one slice.
+  two = sharding.make_mesh(ml_collections.ConfigDict({"shape": (2, -1, 1)}),
+                           targets.get("2xv5p-64").devices)
+  assert dict(two.shape) == {"data": 2, "fsdp": 32, "tensor": 1}
+  assert [{d.slice_index for d in two.devices[i].flat} for i in (0, 1)] == [{0}, {1}]
+  with pytest.raises(errors.ConfigError, match="multiple of the 2 slices"):
+    sharding.make_mesh(ml_collections.ConfigDict({"shape": (1, -1, 1)}),
+                       targets.get("2xv5p-64").devices)
   assert targets.get("v5litepod-16").hbm_bytes == 16 * 2**30
   for bad in ("v5p-7", "v7x-8", "h100"):
     with pytest.raises(errors.UserError, match=r"unknown target .* use v4-N, v5p-N"):

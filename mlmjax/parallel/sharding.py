@@ -19,6 +19,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from mlmjax import errors
+
 MESH_AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over every non-tensor axis
 
@@ -31,11 +33,23 @@ def resolve_mesh_shape(shape, num_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
+  """The mesh over `devices` (default: this run's; a compile target's in training/aot.py)."""
   devices = jax.devices() if devices is None else list(devices)
   shape = resolve_mesh_shape(mesh_config.shape, len(devices))
   # Auto axes: classic jit/GSPMD propagation (explicit axes would demand sharding-typed code).
-  return jax.make_mesh(shape, MESH_AXES, devices=devices,
-                       axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
+  auto = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+  slices = len({getattr(d, "slice_index", 0) for d in devices})
+  if slices > 1:
+    # Several TPU slices joined by the data-center network: only `data` crosses it (one
+    # gradient all-reduce per step), fsdp and tensor stay on each slice's fast links.
+    if shape[0] % slices:
+      raise errors.ConfigError(f"config.mesh.shape={shape}: the data axis must be a multiple"
+                               f" of the {slices} slices (only it spans slices)")
+    from jax.experimental import mesh_utils  # pylint: disable=g-import-not-at-top
+    grid = mesh_utils.create_hybrid_device_mesh(
+        (shape[0] // slices, *shape[1:]), (slices, 1, 1), devices)
+    return Mesh(grid, MESH_AXES, axis_types=auto)
+  return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=auto)
 
 
 def rule_targets(target) -> tuple[str, ...]:

@@ -79,7 +79,8 @@ def batch_spec(config, mesh, max_predictions: int) -> dict:
 
 def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
   """Checks `config` for the target, then compiles each step of `which` for it."""
-  num_processes = len({d.process_index for d in target.devices})
+  # One process per TPU host; process indices restart in each slice.
+  num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
   config_check.check(config, len(target.devices), num_processes, platform=target.platform)
   mesh = sharding.make_mesh(config.mesh, target.devices)
   vocab = vocab_size(config)
