@@ -32,6 +32,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["mlmjax", "mlmjax.*"]),
+    # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
+    package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
     python_requires=">=3.11",
     # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
     install_requires=[
