@@ -12,6 +12,19 @@ HF = [
     "transformers==4.57.6",  # the last 4.x: v5 dropped classes and APIs mlmjax does not need
 ]
 
+# `[tpu]`: libtpu, to train on TPUs and to compile for any TPU slice from any machine
+# (mlmjax.compile). jax's own extra pins the libtpu built for that jax (0.0.42.1 for 0.10.2).
+TPU = ["jax[tpu]>=0.10.2,<0.11"]
+# `[gpu-compile]`: jax's CUDA plugin, to compile for NVIDIA GPU nodes (mlmjax.compile
+# --target=h100x8) without a GPU: ~180 MB of wheels. ptxas from the CUDA toolkit wheel, for
+# machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12
+# (a 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
+GPU_COMPILE = [
+    "jax-cuda12-plugin==0.10.2",  # must equal jax's version
+    "jax-cuda12-pjrt==0.10.2",
+    "nvidia-cuda-nvcc-cu12>=12.6",
+]
+
 setup(
     name="mlmjax",
     version="0.1.0",
@@ -19,6 +32,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["mlmjax", "mlmjax.*"]),
+    # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
+    package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
     python_requires=">=3.11",
     # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
     install_requires=[
@@ -42,8 +57,14 @@ setup(
     ],
     extras_require={
         "hf": HF,
+        "tpu": TPU,
+        "gpu-compile": GPU_COMPILE,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
+            # tests/test_compile_targets.py compiles for TPU slices and an 8 x H100 node
+            # (tests run with JAX_PLATFORMS=cpu: neither plugin slows or changes CPU runs)
+            *TPU,
+            *GPU_COMPILE,
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

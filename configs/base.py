@@ -239,6 +239,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100
+  # A jax.profiler trace of steps FIRST..END-1 ("100:105") into workdir/profile/, for
+  # TensorBoard's profile plugin or Perfetto (README: Profiling). '' = off. Start after the
+  # first steps, which hold the compilation.
+  config.train.profile_steps = ""
   # Held-out evaluation every this many steps (and at the end), over eval_batches batches.
   config.train.eval_every_steps = 2000
   config.train.eval_batches = 20

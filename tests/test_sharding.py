@@ -317,9 +317,8 @@ def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
   gradient is reduced once; activations stay on their device (no all-to-all or permutes,
   which GSPMD picks without the compute constraint).
 
-  XLA's GPU compiler turns the gradient reduction into a reduce-scatter (ReduceScatterCreator);
-  the CPU compiler emits all-reduce + slice, so the all-reduces here are the same as in the
-  data-parallel step (see above)."""
+  The CPU compiler emits the gradient reduction as all-reduce + slice, so the all-reduces here
+  carry the same gradients as in the data-parallel step (see above)."""
   setup, compiled = _compiled_step((1, 8, 1))
   ops = collectives_in(compiled.as_text())
   assert set(ops) == {"all-gather", "all-reduce"}, dict(ops)
@@ -335,10 +334,13 @@ def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
   at_most = once_and_matrices + collections.Counter(fsdp(p for p in in_blocks if p.ndim == 1))
   gathered = collections.Counter(sizes(sum(ops["all-gather"], [])))
   assert once_and_matrices <= gathered <= at_most, gathered
-  scalar, combined = sorted(ops["all-reduce"], key=len)
-  assert scalar == [()]
+  # Each gradient reduced once, besides scalars. (A block's gradient comes back in its fsdp
+  # sharding, sharding.gather_for_compute: TPU's compiler reduce-scatters it, see
+  # test_compile_targets.py; the CPU compiler all-reduces and slices.)
+  combined = max(ops["all-reduce"], key=len)
+  assert all(s == () for op in ops["all-reduce"] if op is not combined for s in op)
   token_embedding = setup.abstract_state["params"]["token_embedding"].shape
-  assert sizes(combined) == sizes([p.shape for p in params] + [token_embedding] + [(), ()])
+  assert sizes(s for s in combined if s) == sizes([p.shape for p in params] + [token_embedding])
 
 
 def test_fsdp_shards_parameter_and_optimizer_memory():

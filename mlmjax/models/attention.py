@@ -19,6 +19,20 @@ sliding window; `local` may be a traced boolean, so a scanned stack can alternat
 every kernel is checked against, never a config choice. Kernels that cannot run here raise a
 ConfigError from `check` (config_check.py) rather than an XLA error mid-run. The Pallas kernels
 take `interpret=True` so the tests run them on CPU.
+
+"Here" is the platform being compiled for (compile_target.py), not necessarily this machine.
+XLA cannot partition a Pallas call (Mosaic on TPU, Triton on GPU) over a mesh: it refuses
+("Mosaic kernels cannot be automatically partitioned"). So on a mesh of more than one device
+each Pallas kernel runs under `jax.shard_map` on the device's own rows and heads (batch over
+the batch axes, heads over the tensor axis); attention never mixes rows or heads, so no
+communication is needed.
+
+Attention dropout: neither fused kernel takes it. Splash has no dropout argument at all, and
+jax.nn.dot_product_attention (the public cuDNN entry) has none either (cuDNN's dropout is only
+reachable through jax's private `jax._src.cudnn` module, whose signature changes between jax
+releases). Dropout on the probabilities needs them, so layers.py takes the einsum path
+(`reference`) for a training step with model.attention_dropout_rate > 0: set it to 0 (as
+ModernBERT and most recent recipes do) to train with the fused kernels.
 """
 
 from __future__ import annotations
@@ -27,6 +41,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from mlmjax.models import compile_target
 
 IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "pallas_gpu")
 _HALF = (jnp.bfloat16, jnp.float16)
@@ -57,10 +74,11 @@ def reference(q, k, v, segment_ids, dropout=None, window: int = 0, local=False):
 
 
 def resolve(impl: str, dtype, seq_len: int, platform: str | None = None) -> str:
-  """The kernel `auto` stands for on this platform (others are returned as they are)."""
+  """The kernel `auto` stands for on `platform` (default: the compile target's); others are
+  returned as they are."""
   if impl != "auto":
     return impl
-  platform = platform or jax.devices()[0].platform
+  platform = platform or compile_target.platform()
   if platform == "tpu" and seq_len % 128 == 0:
     return "splash"
   if platform == "gpu" and jnp.dtype(dtype) in _HALF:
@@ -70,8 +88,9 @@ def resolve(impl: str, dtype, seq_len: int, platform: str | None = None) -> str:
 
 def check(impl: str, dtype, seq_len: int, platform: str | None = None,
           window: int = 0) -> str | None:
-  """Why `impl` cannot run here (a sentence for the config error), or None."""
-  platform = platform or jax.devices()[0].platform
+  """Why `impl` cannot run on `platform` (default: the compile target's; a sentence for the
+  config error), or None."""
+  platform = platform or compile_target.platform()
   if impl == "pallas_gpu" and window:
     return "has no sliding-window attention (model.local_attention_window)"
   impl = resolve(impl, dtype, seq_len, platform)
@@ -93,20 +112,49 @@ def attend(q, k, v, segment_ids, impl: str = "xla", interpret: bool = False, win
     return jax.nn.dot_product_attention(q, k, v, mask=mask(segment_ids, window, local),
                                         implementation=impl)
   if impl == "splash":
+    splash = lambda w: _per_device(
+        lambda *a: _splash(*a, interpret=interpret, window=w), q, k, v, segment_ids)
     if not window:
-      return _splash(q, k, v, segment_ids, interpret, 0)
+      return splash(0)
     if isinstance(local, bool):
-      return _splash(q, k, v, segment_ids, interpret, window if local else 0)
-    return jax.lax.cond(local, lambda: _splash(q, k, v, segment_ids, interpret, window),
-                        lambda: _splash(q, k, v, segment_ids, interpret, 0))
+      return splash(window if local else 0)
+    # A traced `local` (scanned layers): both variants compiled, one runs.
+    return jax.lax.cond(local, lambda: splash(window), lambda: splash(0))
   if impl == "pallas_gpu":
-    from jax.experimental.pallas.ops.gpu import attention as gpu_attention  # pylint: disable=g-import-not-at-top
-    block = min(128, q.shape[1])
-    sizes = gpu_attention.BlockSizes(block_q=block, block_k=block, block_q_dkv=block,
-                                     block_kv_dkv=block, block_q_dq=block, block_kv_dq=block)
-    return gpu_attention.mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5,
-                             block_sizes=sizes, interpret=interpret)
+    return _per_device(lambda *a: _pallas_gpu(*a, interpret=interpret), q, k, v, segment_ids)
   raise ValueError(f"unknown attention implementation {impl!r}")
+
+
+def _per_device(kernel, q, k, v, segment_ids):
+  """`kernel(q, k, v, segment_ids)` on each device's shard of the compile target's mesh
+  (see the module docstring); as it is on one device or outside a target. A dimension the
+  mesh axes do not divide (a batch of 1, 2 heads on tensor=4) stays whole on every device."""
+  target = compile_target.current()
+  if target is None or target.mesh.size == 1:
+    return kernel(q, k, v, segment_ids)
+  mesh = target.mesh
+
+  def axes(size, names):
+    names = tuple(a for a in names if mesh.shape.get(a, 1) > 1)
+    ways = 1
+    for a in names:
+      ways *= mesh.shape[a]
+    return (names if len(names) > 1 else names[0]) if names and size % ways == 0 else None
+
+  b, n = axes(q.shape[0], target.batch_axes), axes(q.shape[2], target.heads_axes)
+  qkv_spec = P(b, None, n, None)
+  # check_vma off: a Pallas call does not declare how its outputs vary over mesh axes.
+  return jax.shard_map(kernel, mesh=mesh, in_specs=(qkv_spec, qkv_spec, qkv_spec, P(b, None)),
+                       out_specs=qkv_spec, check_vma=False)(q, k, v, segment_ids)
+
+
+def _pallas_gpu(q, k, v, segment_ids, interpret):
+  from jax.experimental.pallas.ops.gpu import attention as gpu_attention  # pylint: disable=g-import-not-at-top
+  block = min(128, q.shape[1])
+  sizes = gpu_attention.BlockSizes(block_q=block, block_k=block, block_q_dkv=block,
+                                   block_kv_dkv=block, block_q_dq=block, block_kv_dq=block)
+  return gpu_attention.mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5,
+                           block_sizes=sizes, interpret=interpret)
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,7 +174,7 @@ def _splash_kernel(num_heads: int, seq_len: int, interpret: bool, window: int):
 
 
 def _splash(q, k, v, segment_ids, interpret, window):
-  """Splash works on one example of [N, T, H]; the batch is vmapped (and shards with it)."""
+  """Splash works on one example of [N, T, H]; the batch is vmapped."""
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk  # pylint: disable=g-import-not-at-top
   kernel = _splash_kernel(q.shape[2], q.shape[1], interpret, window)
   scale = q.shape[-1] ** -0.5

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mlmjax.models import compile_target
 from mlmjax.models import layers
 
 REMAT = ("none", "dots_saveable", "full")
@@ -35,8 +36,21 @@ _LAYOUT_OPS = frozenset({"sharding_constraint", "convert_element_type", "reshape
                          "broadcast_in_dim", "squeeze", "expand_dims", "name", "copy"})
 
 
-def _save_all_but_layout(prim, *_, **__) -> bool:
-  return prim.name not in _LAYOUT_OPS
+def _save_all_but_layout(prim, *_, **params) -> bool:
+  return not _is_layout(prim, params)
+
+
+def _is_layout(prim, params) -> bool:
+  """A layout op, or a custom_vjp whose forward is only layout ops: FSDP's gather, whose
+  custom gradient (parallel/sharding.py) would otherwise make its output, the layer's whole
+  gathered weights, a saved residual."""
+  if prim.name in _LAYOUT_OPS:
+    return True
+  if prim.name.startswith("custom_vjp_call"):
+    jaxpr = params.get("call_jaxpr")
+    eqns = getattr(getattr(jaxpr, "jaxpr", jaxpr), "eqns", None)
+    return bool(eqns) and all(e.primitive.name in _LAYOUT_OPS for e in eqns)
+  return False
 
 
 _POLICIES = {
@@ -46,10 +60,12 @@ _POLICIES = {
 }
 
 
-def compute_dtype(name: str) -> jnp.dtype:
-  """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU."""
+def compute_dtype(name: str, platform: str | None = None) -> jnp.dtype:
+  """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU
+  (the platform compiled for: compile_target.py)."""
   if name == "auto":
-    return jnp.bfloat16 if jax.devices()[0].platform in ("tpu", "gpu") else jnp.float32
+    platform = platform or compile_target.platform()
+    return jnp.bfloat16 if platform in ("tpu", "gpu") else jnp.float32
   return jnp.dtype(name)
 
 

@@ -49,6 +49,11 @@ def _encoder(m, t: int) -> float:
   return m.num_layers * projections + 4 * keys * d
 
 
+def encoder_flops_per_token(model_config, seq_len: int) -> float:
+  """Forward FLOPs per token of the encoder stack alone (all its layers)."""
+  return _encoder(model_config, seq_len)
+
+
 def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
                           max_predictions: int | None = None) -> float:
   """The formula above, for `config.model` at a row length (default: data.seq_len). ELECTRA:

@@ -25,6 +25,7 @@ from mlmjax.models import electra
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import profiling
 
 
 def _one_of(key: str, value, allowed) -> None:
@@ -37,12 +38,14 @@ def _check_rate(key: str, rate: float) -> None:
     raise ConfigError(f"{key}={rate} must be strictly between 0 and 1")
 
 
-def check(config, num_devices: int | None = None, num_processes: int | None = None) -> None:
-  """All rules; `num_devices`/`num_processes` default to this run's (jax's)."""
+def check(config, num_devices: int | None = None, num_processes: int | None = None,
+          platform: str | None = None) -> None:
+  """All rules; `num_devices`/`num_processes`/`platform` default to this run's (jax's); a
+  compile for another target (training/aot.py) passes the target's."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
   importer.init_from_folder(config.init_from)
-  _check_model(config)
+  _check_model(config, platform)
   _check_data(config)
   _check_masking(config.masking)
   _check_phases(config)
@@ -74,7 +77,7 @@ def _check_objective(config) -> None:
                       " objective.kind='electra'")
 
 
-def _check_model(config) -> None:
+def _check_model(config, platform: str | None = None) -> None:
   m = config.model
   _one_of("model.position_embedding_type", m.position_embedding_type, ("learned", "rope"))
   if m.hidden_size < 1 or m.num_heads < 1 or m.hidden_size % m.num_heads:
@@ -99,8 +102,8 @@ def _check_model(config) -> None:
   if m.rope_base <= 0 or m.local_rope_base <= 0:
     raise ConfigError("model.rope_base and model.local_rope_base must be positive")
   _one_of("model.attention_impl", m.attention_impl, attention.IMPLEMENTATIONS)
-  why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype),
-                        max(p.seq_len for p in phases_lib.plan(config)),
+  why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype, platform),
+                        max(p.seq_len for p in phases_lib.plan(config)), platform,
                         window=m.local_attention_window)
   if why:
     raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
@@ -284,6 +287,7 @@ def _check_train(t) -> None:
   if not 0.0 < t.decay_fraction <= 1.0 or t.update_clip_rms < 0:
     raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
   _check_nonfinite_policy(t)
+  profiling.parse(t.profile_steps)
   if t.steps < 1 or t.log_every_steps < 1 or t.eval_every_steps < 1 or (
       t.checkpoint_every_steps < 1) or t.eval_batches < 1 or t.max_checkpoints_to_keep < 1:
     raise ConfigError("train.steps, train.eval_batches, train.max_checkpoints_to_keep and the"

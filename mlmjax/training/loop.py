@@ -13,6 +13,7 @@ from __future__ import annotations
 from absl import logging
 
 from mlmjax import errors
+from mlmjax.training import profiling
 
 
 class NonFiniteError(errors.UserError):
@@ -84,13 +85,19 @@ class StepLoop:
     """Whether the host must have finished step `step` before the next one is dispatched."""
     return False
 
-  def run_steps(self, train_step, state, start: int, last: int) -> tuple[object, int, bool]:
-    """Trains steps start+1..last; returns (state, the last step done, preempted)."""
+  def run_steps(self, train_step, state, start: int, last: int,
+                profiler: profiling.StepProfiler | None = None) -> tuple[object, int, bool]:
+    """Trains steps start+1..last; returns (state, the last step done, preempted). A
+    `profiler` traces the steps it was asked for (train.profile_steps)."""
     pending = None  # (step, metrics) of the step still in flight
     done = start
     for step in range(start, last):
       self.before_step(step)
+      if profiler:
+        profiler.before(step + 1)
       state, step_metrics = train_step(state, self.next_batch(step))
+      if profiler:
+        profiler.after(step + 1, step_metrics)
       # At most two steps in flight: block on the previous one (needed by the CPU backend
       # with many devices, and free elsewhere since the device is busy with this step).
       if pending is not None:

@@ -35,6 +35,7 @@ from mlmjax.training import losses
 from mlmjax.training import masking_feedback
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import profiling
 from mlmjax.training import steps
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
@@ -249,6 +250,7 @@ class _Trainer(loop.StepLoop):
     self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())
     self._set_throughput_shapes()
     last = t.steps if stop_after is None else min(t.steps, stop_after)
+    profiler = profiling.StepProfiler(t.profile_steps, self.workdir.path)
     t0 = time.perf_counter()
     try:
       if self._eval_missing(self.start):
@@ -258,8 +260,9 @@ class _Trainer(loop.StepLoop):
                      t.steps)
       # Through self: a phase may bring its own train step (another rotary base).
       state, last, _ = self.run_steps(lambda *args: self.train_step(*args), state, self.start,
-                                      last)
+                                      last, profiler)
     finally:  # also on errors: let a pending async save finish rather than lose it
+      profiler.stop()
       self.data.close()
       self.ckpt.close()
       self.writer.close()

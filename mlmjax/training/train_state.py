@@ -17,6 +17,7 @@ from flax import nnx
 
 from mlmjax.data import formats
 from mlmjax.models import bert
+from mlmjax.models import compile_target
 from mlmjax.models import electra
 from mlmjax.models import param_names
 from mlmjax.parallel import sharding
@@ -37,13 +38,17 @@ class Setup:
   # layer stack's (by the path of its `blocks`) as one layer's, applied as each layer runs.
   compute_shardings: dict
   layer_shardings: dict[str, dict]
+  stored_layer_shardings: dict[str, dict]  # the same layers' at rest (their gradients')
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
   def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
     """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
-    front, each block's weights only when that block runs; autodiff turns each gather into
-    the reduce-scatter of the gradient. No-ops without an fsdp axis."""
+    front, each block's weights only when that block runs. A block's gradient comes back in
+    its stored (fsdp) sharding, so it is reduce-scattered (sharding.gather_for_compute); the
+    embeddings' and heads' keep the plain constraint, whose gradient is all-reduced (asking
+    the same of them made GSPMD move the hidden states' gradient between devices instead,
+    an all-to-all). No-ops without an fsdp axis."""
     def gather_outside_blocks(path, p, s):
       if "blocks" in param_names.path_keys(path):
         return p
@@ -51,8 +56,15 @@ class Setup:
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
-    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
-        jax.lax.with_sharding_constraint(p, self.layer_shardings[name])))
+    with _for_mesh(self.mesh):  # the kernels' shard_map and `auto` choices follow the mesh
+      return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+          sharding.gather_for_compute(p, self.layer_shardings[name],
+                                      self.stored_layer_shardings[name])))
+
+
+def _for_mesh(mesh):
+  """Build and trace the model for `mesh` (models/compile_target.py), not this machine."""
+  return compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",))
 
 
 def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
@@ -92,7 +104,9 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
 def with_model(setup: Setup, config, vocab_size: int) -> Setup:
   """`setup` running the pretraining model of `config`, whose architecture differs at most in
   what is not a parameter (a phase's rotary base): same parameters, optimizer, shardings."""
-  graphdef, _ = nnx.split(nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed)))
+  with _for_mesh(setup.mesh):
+    abstract_model = nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed))
+  graphdef, _ = nnx.split(abstract_model)
   return dataclasses.replace(setup, graphdef=graphdef)
 
 
@@ -102,7 +116,8 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
   shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded, so
   full parameters are never materialised on one device. `rules`: the logical axis rules;
   `scan_layers`: whether the layer stacks are stacked arrays (their per-layer shardings)."""
-  abstract_model = nnx.eval_shape(build)
+  with _for_mesh(mesh):  # model.dtype='auto' is the mesh's platform's
+    abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, rules)
 
@@ -124,5 +139,6 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
   return Setup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
       compute_shardings=compute, layer_shardings=_layer_shardings(compute, scan_layers),
+      stored_layer_shardings=_layer_shardings(param_shardings, scan_layers),
       abstract_state=sharding.with_shardings(abstract, state_shardings),
       init_fn=jax.jit(init, out_shardings=state_shardings))

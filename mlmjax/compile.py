@@ -1,0 +1,46 @@
+"""Compile the train and eval steps for a TPU slice or GPU node this machine does not have,
+and print what the compiler says: one JSON line per step (memory per device against the
+device's, compiler and model FLOPs, collectives, the attention kernel, compile time).
+
+  pip install -e '.[tpu]'            # libtpu: compiling for TPUs from any machine
+  python -m mlmjax.compile --config=configs/bert.py:large --target=v5p-8 \
+      --config.data.seq_len=512 --config.masking.max_predictions_per_seq=77 [--hlo_dir=DIR]
+
+A step that does not fit ends the command with one `error:` line (chip, memory, how far over).
+"""
+
+from __future__ import annotations
+
+import json
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from mlmjax import errors
+from mlmjax.parallel import targets
+from mlmjax.training import aot
+from mlmjax.training import metrics
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_TARGET = flags.DEFINE_string("target", None, f"What to compile for: {targets.FORMS}.")
+_HLO_DIR = flags.DEFINE_string("hlo_dir", "", "Write each step's optimized HLO here.")
+_VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line errors.")
+
+
+def main(argv):
+  del argv
+  metrics.quiet_library_logs()
+  with errors.reported_in_one_line(_VERBOSE.value):
+    target = targets.get(_TARGET.value)
+    for compiled in aot.compile_steps(_CONFIG.value, target):
+      if _HLO_DIR.value:
+        compiled.report["hlo"] = aot.write_hlo(compiled, _HLO_DIR.value)
+      print(json.dumps(compiled.report), flush=True)
+      if not compiled.report["fits"]:
+        raise aot.does_not_fit(compiled.report, target)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "target"])
+  app.run(main)

@@ -1,0 +1,126 @@
+"""Compile targets: the TPU slices and GPU nodes a user names, as devices this machine can
+compile for without having them (jax.experimental.topologies, libtpu / the CUDA plugin).
+
+    v4-8 v4-16 ...            TPU v4, the number is TensorCores (2 per chip): v4-8 = 4 chips
+    v5p-8 ... v5p-128 ...     TPU v5p, likewise TensorCores: v5p-128 = 64 chips
+    v5litepod-16 (v5e-16)     TPU v5e, the number is chips
+    v6e-8                     TPU v6e (Trillium), chips
+    2xv5p-64                  multi-slice: 2 slices of v5p-64 over the data-center network
+    h100x8, a100x8            one node of 8 NVIDIA GPUs (H100 SXM 80GB, A100 SXM4 80GB)
+
+A slice's chip grid follows Cloud TPU's shapes: 3D (v4, v5p) from 2x2x1 doubling the
+smallest dimension (v5p-64 = 2x4x4 chips), 2D (v5e, v6e) from 2x2 (v5e-32 = 4x8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+
+from mlmjax.errors import UserError
+
+GiB = 1024**3
+
+# family -> (topology prefix, cores per chip in the name, 3D, chip_config, HBM bytes per chip,
+# rated bf16 dense TFLOP/s per chip): Cloud TPU's published figures.
+_TPU = {
+    "v4": ("v4", 2, True, "megacore", 32 * GiB, 275.0),
+    "v5p": ("v5", 2, True, "megacore", 95 * GiB, 459.0),
+    "v5litepod": ("v5e", 1, False, "default", 16 * GiB, 197.0),
+    "v5e": ("v5e", 1, False, "default", 16 * GiB, 197.0),
+    "v6e": ("v6e", 1, False, "default", 32 * GiB, 918.0),
+}
+# name -> (GpuTargetConfig file, HBM bytes, rated bf16 dense TFLOP/s (SXM, no sparsity)).
+_GPU = {
+    "h100": ("h100.txtpb", 80 * GiB, 989.0),
+    "a100": ("a100.txtpb", 80 * GiB, 312.0),
+}
+FORMS = ("v4-N, v5p-N (N TensorCores, 2 per chip), v5litepod-N / v5e-N, v6e-N (N chips),"
+         " KxNAME for K slices (2xv5p-64), h100xN, a100xN (N GPUs of one node)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  name: str
+  platform: str  # 'tpu' or 'gpu' (jax's name)
+  devices: tuple  # compile-only devices, every slice's
+  num_slices: int
+  hbm_bytes: int  # per device
+  peak_bf16_flops: float  # per device, rated
+  topology: str  # what was asked of jax, for the report
+
+  @property
+  def device_kind(self) -> str:
+    return self.devices[0].device_kind
+
+
+def _grid(chips: int, three_d: bool) -> tuple[int, ...] | None:
+  """Cloud TPU's chip grid of a slice, or None if no slice has that many chips."""
+  if chips == 1:
+    return (1, 1, 1) if three_d else (1, 1)
+  dims = [2, 2, 1] if three_d else [2, 2]
+  while (n := dims[0] * dims[1] * dims[-1] if three_d else dims[0] * dims[1]) < chips:
+    if three_d and dims[2] == 1:
+      dims[2] = 2
+    else:
+      small = min(dims)
+      i = max(j for j, d in enumerate(dims) if d == small)  # the last of the smallest
+      dims[i] *= 2
+  return tuple(dims) if n == chips else None
+
+
+def _quiet_libtpu() -> None:
+  """libtpu looks for the TPU VM it runs on; here there is none. Saying so silences its
+  warnings, and several processes may load it at once (tests, a second compile)."""
+  for key, value in (("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+                     ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+                     ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
+    os.environ.setdefault(key, value)
+
+
+def _unknown(name: str, why: str = "") -> UserError:
+  return UserError(f"unknown target {name!r}{why}: use {FORMS}")
+
+
+@functools.lru_cache(maxsize=None)
+def get(name: str) -> Target:
+  """The target a user names (see the module docstring); a UserError naming the valid forms
+  otherwise, or saying what to install when the compiler for it is missing."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  _quiet_libtpu()
+  m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
+  if m:
+    slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
+    prefix, cores, three_d, chip_config, hbm, peak = _TPU[family]
+    grid = _grid(count // cores, three_d) if count % cores == 0 and slices >= 1 else None
+    if grid is None:
+      raise _unknown(name, f" (no {family} slice has {count} {'cores' if cores > 1 else 'chips'})")
+    topology = f"{prefix}:{'x'.join(map(str, grid))}"
+    host = tuple(min(g, 2) for g in grid[:2]) + (1,)  # hosts of up to 2x2 chips
+    try:
+      devices = topologies.get_topology_desc(
+          platform="tpu", topology_name=topology, chip_config_name=chip_config,
+          chips_per_host_bounds=host, num_slices=slices, wrap=(False, False, False)).devices
+    except (RuntimeError, ValueError) as e:
+      if "libtpu" in str(e).lower() or "tpu" in str(e).lower() and "not" in str(e).lower():
+        raise UserError(f"compiling for {name} needs libtpu: pip install -e '.[tpu]' ({e})"
+                        ) from e
+      raise
+    return Target(name, "tpu", tuple(devices), slices, hbm, peak * 1e12,
+                  f"{topology} x {slices} slice(s)")
+  m = re.fullmatch(r"(h100|a100)x(\d+)", name)
+  if m and int(m.group(2)) >= 1:
+    spec, hbm, peak = _GPU[m.group(1)]
+    with open(os.path.join(os.path.dirname(__file__), "gpu_specs", spec), encoding="utf-8") as f:
+      config = f.read()
+    try:
+      devices = topologies.get_topology_desc(
+          platform="cuda", target_config=config, topology=f"1x1x{m.group(2)}").devices
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f"compiling for {name} needs jax's CUDA plugin: pip install -e"
+                      f" '.[gpu-compile]' ({str(e).splitlines()[0]})") from e
+    return Target(name, "gpu", tuple(devices), 1, hbm, peak * 1e12,
+                  f"1 node x {m.group(2)} {m.group(1).upper()}")
+  raise _unknown(name)

@@ -1,0 +1,204 @@
+"""Ahead-of-time compilation of the real train and eval steps for a target this machine does
+not have (a TPU slice, a GPU node: parallel/targets.py), and what the compiler says of them.
+
+Everything the run would build is built the same way (steps.make_setup / make_train_step /
+make_eval_step on a mesh of the target's devices); only the inputs are abstract
+(ShapeDtypeStructs carrying their NamedShardings), so nothing is allocated. Per step:
+
+  memory       per device, from the compiled executable: arguments, outputs, temporaries,
+               generated code; total = those minus what outputs alias (the donated state),
+               against the device's HBM
+  flops        the compiler's count per device (cost_analysis) beside flops.py's model FLOPs.
+               With model.scan_layers the compiler counts the loop body once, not L times:
+               `compiler_flops_counts_layers` says how many layers it saw, and the ratio
+               compares it with flops.py's count of those layers (one), not all L.
+  collectives  by kind, count and result bytes per device (parallel/hlo.py)
+  attention    the fused kernel found in the program (or [] for plain XLA attention)
+
+`cost_analysis()["optimal_seconds"]` is not reported: it came out negative for some programs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mlmjax.data import formats
+from mlmjax.data import run_input
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.errors import UserError
+from mlmjax.models import bert as model_lib
+from mlmjax.models import flops as flops_lib
+from mlmjax.parallel import hlo
+from mlmjax.parallel import sharding
+from mlmjax.parallel import targets
+from mlmjax.training import config_check
+from mlmjax.training import steps as steps_lib
+from mlmjax.training import train_state
+
+GiB = 1024**3
+
+
+class DoesNotFitError(UserError):
+  """A step needs more memory per device than the target has."""
+
+
+@dataclasses.dataclass
+class Compiled:
+  """One step's report (`report`, one JSON object) and its optimized HLO text."""
+  report: dict
+  hlo_text: str
+
+
+def vocab_size(config) -> int:
+  """The run's vocabulary size without reading any data (the tokenizer file if named)."""
+  if config.tokenizer.path:
+    return tokenizer_lib.load(config.tokenizer.path).vocab_size
+  return int(config.tokenizer.vocab_size)
+
+
+def batch_spec(config, mesh, max_predictions: int) -> dict:
+  """The abstract global batch the steps take: what data/rows.py and the masker produce."""
+  b, t, p = config.train.batch_size, config.data.seq_len, max_predictions
+  s = sharding.batch_sharding(mesh)
+  spec = {k: ((b, t), jnp.int32) for k in ("input_ids", "token_type_ids", "segment_ids",
+                                            "positions")}
+  spec.update(masked_positions=((b, p), jnp.int32), masked_ids=((b, p), jnp.int32),
+              masked_weights=((b, p), jnp.float32))
+  if formats.has_pair_labels(config.data.format):
+    spec["nsp_labels"] = ((b,), jnp.int32)
+  if config.objective.span_boundary_weight > 0:
+    spec["masked_span_offset"] = ((b, p), jnp.int32)
+  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=s) for k, (shape, dt) in spec.items()}
+
+
+def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
+  """Checks `config` for the target, then compiles each step of `which` for it."""
+  # One process per TPU host; process indices restart in each slice.
+  num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
+  config_check.check(config, len(target.devices), num_processes, platform=target.platform)
+  mesh = sharding.make_mesh(config.mesh, target.devices)
+  vocab = vocab_size(config)
+  setup = train_state.make_setup(config, vocab, mesh)
+  out = []
+  for name in which:
+    if name == "train":
+      fn, args = steps_lib.make_pretrain_step(setup, config), (
+          setup.abstract_state, batch_spec(config, mesh, config.masking.max_predictions_per_seq))
+      per_token = flops_lib.train_flops_per_token(config, vocab)
+    else:
+      held_out = run_input.held_out_config(config)
+      p = held_out.masking.max_predictions_per_seq
+      fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
+                                                   batch_spec(config, mesh, p))
+      per_token = flops_lib.train_flops_per_token(held_out, vocab) / 3  # forward only
+    tokens = config.train.batch_size * config.data.seq_len / mesh.size
+    model_flops = per_token * tokens
+    # What the compiler can see of it: with scan_layers it counts the loop body once, so
+    # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
+    # ELECTRA's two stacks are not split out: None).
+    seen = model_flops
+    if config.model.scan_layers:
+      seen = None
+      if config.objective.kind == "mlm":
+        layers = config.model.num_layers
+        stack = flops_lib.encoder_flops_per_token(config.model, config.data.seq_len) * tokens
+        seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
+    out.append(_compile(name, fn, args, config, target, mesh, model_flops, seen))
+  return out
+
+
+def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> Compiled:
+  t0 = time.perf_counter()
+  try:
+    compiled = fn.lower(*args).compile()
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" in str(e):
+      raise DoesNotFitError(_over_message(name, target, str(e))) from None
+    raise
+  except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
+    if "cuDNN not found" in str(e):
+      raise UserError(f"model.attention_impl={config.model.attention_impl!r} is cuDNN attention"
+                      " here, and compiling it needs cuDNN: pip install nvidia-cudnn-cu12, or"
+                      " set model.attention_impl='pallas_gpu'") from None
+    raise
+  compile_s = time.perf_counter() - t0
+  text = compiled.as_text()
+  m = compiled.memory_analysis()
+  mem = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+         "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+         "generated_code": m.generated_code_size_in_bytes}
+  total = (mem["arguments"] + mem["outputs"] - mem["aliased"] + mem["temporaries"]
+           + mem["generated_code"])
+  cost = compiled.cost_analysis() or {}  # None on GPU
+  cost = cost[0] if isinstance(cost, list) else cost
+  compiler_flops = cost.get("flops")
+  m_cfg = config.model
+  report = {
+      "step": name, "target": target.name, "device": target.device_kind,
+      "devices": mesh.size, "mesh": dict(mesh.shape),
+      "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
+      "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
+      "remat": m_cfg.remat, "scan_layers": m_cfg.scan_layers,
+      "batch": config.train.batch_size, "seq_len": config.data.seq_len,
+      "memory_bytes": {**mem, "total": total, "device": target.hbm_bytes},
+      "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
+      "fits": total <= target.hbm_bytes,
+      "compiler_flops_per_device": compiler_flops,
+      # The loop of a scanned stack is counted once: the compiler saw 1 layer of L.
+      "compiler_flops_counts_layers": 1 if m_cfg.scan_layers else m_cfg.num_layers,
+      "model_flops_per_device": model_flops,
+      # Like with like: flops.py's count of what the compiler counted (one layer if scanned).
+      "compiler_over_model_flops": (compiler_flops / seen_flops
+                                    if compiler_flops and seen_flops else None),
+      "collectives": hlo.collectives(text),
+      "compile_s": round(compile_s, 2),
+  }
+  return Compiled(report, text)
+
+
+# libtpu's words: "... the total memory required for HLO temporaries (108.03G) exceeds
+# available HBM (15.75G)" (or "Used 20.5G of 15.75G hbm").
+_OVER = (re.compile(r"required for ([\w ]+?) \(([\d.]+)([KMGT])\) exceeds available HBM"
+                    r" \(([\d.]+)([KMGT])\)"),
+         re.compile(r"[Uu]sed ()([\d.]+)([KMGT]) of ([\d.]+)([KMGT])"))
+_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_ADVICE = ("shrink train.batch_size per device (train.grad_accum_steps keeps the global batch),"
+           " set model.remat, or shard over more devices (config.mesh.shape)")
+
+
+def _over_message(name: str, target, error: str) -> str:
+  """The one line for a step the compiler found too big (from XLA's RESOURCE_EXHAUSTED)."""
+  chip = f"{target.name} ({target.device_kind}, {target.hbm_bytes / GiB:.2f} GiB per device"
+  for pattern in _OVER:
+    m = pattern.search(error)
+    if m:
+      what = m.group(1)
+      used, free = (float(m.group(i)) * _UNITS[m.group(i + 1)] for i in (2, 4))
+      need = f"{used / GiB:.2f} GiB" + (f" for {what}" if what else "")
+      return (f"the {name} step needs {need} per device on {chip}, {free / GiB:.2f} GiB"
+              f" usable): {(used - free) / GiB:.2f} GiB over; {_ADVICE}")
+  detail = next((l.strip() for l in error.splitlines() if "RESOURCE_EXHAUSTED" in l), error)
+  return f"the {name} step does not fit {chip}): {detail[:300]}"
+
+
+def does_not_fit(report: dict, target) -> DoesNotFitError:
+  total = report["memory_bytes"]["total"]
+  return DoesNotFitError(
+      f"the {report['step']} step needs {total / GiB:.2f} GiB per device on {target.name}"
+      f" ({target.device_kind}, {target.hbm_bytes / GiB:.2f} GiB per device):"
+      f" {(total - target.hbm_bytes) / GiB:.2f} GiB over; {_ADVICE}")
+
+
+def write_hlo(compiled: Compiled, hlo_dir: str) -> str:
+  os.makedirs(hlo_dir, exist_ok=True)
+  path = os.path.join(hlo_dir, f"{compiled.report['step']}_step.{compiled.report['target']}.hlo")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(compiled.hlo_text)
+  return path
