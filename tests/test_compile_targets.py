@@ -7,7 +7,6 @@ is partitioned: only the target's compiler shows whether a kernel runs on a mult
 raised "Mosaic kernels cannot be automatically partitioned").
 """
 
-import importlib.util
 import subprocess
 import sys
 
@@ -28,13 +27,6 @@ from mlmjax.parallel import targets
 from mlmjax.training import aot
 from mlmjax.training import train_state
 
-needs_libtpu = pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
-                                  reason="libtpu is not installed (pip install -e '.[tpu]')")
-needs_cuda_plugin = pytest.mark.skipif(
-    importlib.util.find_spec("jax_cuda12_plugin") is None,
-    reason="jax's CUDA plugin is not installed (pip install -e '.[gpu-compile]')")
-
-
 def _config(**model):
   """tiny (2 of its layers: half the compile time) at a length the TPU kernel takes (multiples
   of 128), as a user would override it."""
@@ -52,7 +44,6 @@ def _abstract_params(config, target):
   return train_state.make_setup(config, aot.vocab_size(config), mesh).abstract_state["params"]
 
 
-@needs_libtpu
 def test_target_names():
   for name, chips, kind in [("v4-8", 4, "TPU v4"), ("v5p-8", 4, "TPU v5"),
                             ("v5p-128", 64, "TPU v5"), ("v5litepod-16", 16, "TPU v5 lite"),
@@ -81,7 +72,6 @@ _MEMORY = {("v5p-8", "train"): 47_141_600, ("v5p-8", "eval"): 14_298_816,
            ("v5litepod-16", "train"): 19_070_464, ("v5litepod-16", "eval"): 6_132_736}
 
 
-@needs_libtpu
 @pytest.mark.parametrize("name,mesh", [("v5p-8", (-1, 1, 1)), ("v5litepod-16", (2, -1, 1))])
 def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
   """`auto` is splash on TPU (training too, with attention dropout 0); it must be in both
@@ -108,7 +98,6 @@ def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
     assert abs(r["memory_bytes"]["total"] - want) <= 0.1 * want, (r["memory_bytes"], want)
 
 
-@needs_cuda_plugin
 def test_pallas_gpu_kernel_compiles_on_eight_h100():
   target = targets.get("h100x8")
   for step in aot.compile_steps(_config(attention_impl="pallas_gpu"), target):
@@ -139,7 +128,6 @@ def test_sharded_splash_matches_the_reference_on_eight_devices():
   np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=2e-5)
 
 
-@needs_libtpu
 def test_a_config_too_big_for_the_chip_is_one_line():
   """The command, as a user runs it: 65,536 rows on one v5e chip (16 GiB) cannot fit."""
   out = subprocess.run(
