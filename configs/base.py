@@ -19,12 +19,17 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
-  # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
+  # (documents separated by blank lines) and .jsonl (a "text" field per line) files, either
+  # also .gz/.zst compressed, .parquet files and `datasets` folders (save_to_disk), local or in
+  # a bucket (gs://bucket/*.jsonl.gz, s3://...); or
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
   # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
   # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
   # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
+  # The field of a .jsonl record, or the column of a parquet file or datasets folder, that
+  # holds a document's text.
+  config.data.text_field = "text"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
   # Prepared data fixes it when it is prepared (a run with another value is refused).
   config.data.eval_every_nth_document = 50

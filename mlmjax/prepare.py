@@ -130,7 +130,8 @@ def prepare(config, source: str, out: str, num_files: int = 64,
                            " another")
   start = time.perf_counter()
   d = config.data
-  train, held_out = sources.load_splits(source, d.eval_every_nth_document, d.max_document_chars)
+  train, held_out = sources.load_splits(source, d.eval_every_nth_document, d.max_document_chars,
+                                        d.text_field)
   logging.info("Data %r: %d training / %d held-out documents", source, len(train),
                len(held_out))
   tmp = f"{out.rstrip(os.sep)}.partial-{os.getpid()}"

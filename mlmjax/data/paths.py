@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import builtins
 import glob as glob_lib
+import io
 import os
 import shutil
 
@@ -105,8 +106,11 @@ def open(path: str, mode: str = "r", encoding: str | None = None):  # pylint: di
   if is_remote(path):
     if "a" in mode:
       raise ValueError(f"{path}: objects cannot be appended to; rewrite them")
-    return _epath(path).open(mode, encoding=encoding) if "b" not in mode else (
-        _epath(path).open(mode))
+    if "b" not in mode:
+      return _epath(path).open(mode, encoding=encoding)
+    f = _epath(path).open(mode)
+    # A standard buffered reader over it: readline(size), peek, as local files have.
+    return io.BufferedReader(f, buffer_size=1 << 20) if mode == "rb" else f
   return builtins.open(path, mode, encoding=encoding)
 
 

@@ -75,16 +75,22 @@ def _process_0_first(make):
   return out if jax.process_index() == 0 else make()
 
 
+def _text_field(config) -> str:
+  # A finished run saved before data.text_field existed read the "text" field.
+  return config.data.text_field if "text_field" in config.data else "text"
+
+
 def held_out_input(config, tokenizer_path: str, stats_path: str, source: str = "") -> RunInput:
   """A finished run's evaluation input: its saved tokenizer and stats, and its held-out split,
   or every document of `source` (text the run never trained on) when given."""
   if source:
-    _, eval_source = sources.load_splits(source, 1, config.data.max_document_chars)  # all
+    _, eval_source = sources.load_splits(source, 1, config.data.max_document_chars,  # all
+                                         _text_field(config))
   elif prepared.is_prepared(config.data.source):
     eval_source = prepared.open_source(config.data.source).split("eval")
   else:
     _, eval_source = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
-                                         config.data.max_document_chars)
+                                         config.data.max_document_chars, _text_field(config))
   tok = tokenizer_lib.load(tokenizer_path)
   gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
                if config.masking.entity_gazetteer else None)
@@ -104,7 +110,8 @@ def build(config, tokenizer_paths: dict[str, str], stats_path: str) -> RunInput:
       return data.tokenizer_and_stats(tokenizer_paths, stats_path)
   else:
     train_source, eval_source = sources.load_splits(
-        config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars)
+        config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars,
+        config.data.text_field)
 
     def tokenizer_and_stats():
       tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_paths)

@@ -115,6 +115,9 @@ def _check_data(config) -> None:
     raise ConfigError(f"data.eval_every_nth_document={d.eval_every_nth_document} must be >= 2")
   if d.max_document_chars < 1 or d.row_shuffle_window < 0:
     raise ConfigError("data.max_document_chars must be >= 1 and data.row_shuffle_window >= 0")
+  if not d.text_field:
+    raise ConfigError("data.text_field must name the field (.jsonl) or column (parquet,"
+                      " datasets) that holds the text, e.g. 'text'")
   if d.worker_count < 0 or d.device_prefetch < 0:
     raise ConfigError(f"data.worker_count={d.worker_count} and data.device_prefetch="
                       f"{d.device_prefetch} must be >= 0")
