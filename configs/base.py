@@ -71,7 +71,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000
   config.tokenizer.model_type = "unigram"
-  # At most this many lines of the training split are used to train the tokenizer.
+  # At most this many lines of the training split are used to train the tokenizer: from
+  # documents spread evenly over the whole split (a bounded sample of a large corpus).
   config.tokenizer.max_training_sentences = 2_000_000
 
   config.masking = ml_collections.ConfigDict()

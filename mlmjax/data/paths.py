@@ -88,9 +88,10 @@ def isdir(path: str) -> bool:
 
 
 def listdir(path: str) -> list[str]:
+  """The names in a folder, sorted."""
   if is_remote(path):
     return sorted(p.name for p in _epath(path).iterdir())
-  return os.listdir(path)
+  return sorted(os.listdir(path))
 
 
 def makedirs(path: str) -> None:

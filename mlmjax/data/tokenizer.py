@@ -118,12 +118,29 @@ def _sentences(documents: Iterable[str], max_sentences: int) -> Iterator[str]:
           return
 
 
+_SAMPLE_PROBE = 100  # documents read to estimate lines per document
+
+
+def sample(documents, max_sentences: int):
+  """Documents spread evenly over the whole of `documents` (a sequence), about enough for
+  `max_sentences` lines: a tokenizer of a large corpus trains on a bounded sample of all of it
+  rather than on its beginning. A corpus within the budget is taken whole, in order."""
+  if not hasattr(documents, "__len__") or not len(documents):
+    return documents
+  n = len(documents)
+  probe = [documents[i] for i in range(min(n, _SAMPLE_PROBE))]
+  lines = sum(sum(1 for line in d.split("\n") if line.strip()) for d in probe) / len(probe)
+  stride = max(1, int(n * max(lines, 1.0) // max_sentences))
+  return documents if stride == 1 else (documents[i] for i in range(0, n, stride))
+
+
 def train_tokenizer(documents: Iterable[str], vocab_size: int, model_type: str,
                     max_sentences: int) -> Tokenizer:
-  """Trains a sentencepiece model in memory on the lines of `documents`."""
+  """Trains a sentencepiece model in memory on the lines of `documents` (a sequence: an even
+  sample of it, see `sample`; any other iterable: its first `max_sentences` lines)."""
   buf = io.BytesIO()
   spm.SentencePieceTrainer.train(
-      sentence_iterator=_sentences(documents, max_sentences),
+      sentence_iterator=_sentences(sample(documents, max_sentences), max_sentences),
       model_writer=buf,
       vocab_size=vocab_size,
       model_type=model_type,
