@@ -27,6 +27,15 @@ def get_config() -> ml_collections.ConfigDict:
   # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
   # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
+  # A weighted mixture instead of data.source: 'WEIGHT:SOURCE; WEIGHT:SOURCE; ...', each SOURCE
+  # anything data.source takes (all raw text, or all prepared with one tokenizer), e.g.
+  # '0.7:gs://b/wiki/*.jsonl.gz; 0.3:books/*.txt'. Sources are read in order and repeated as
+  # their weights ask; each keeps its own held-out split. '' reads data.source.
+  config.data.sources = ""
+  # Per sequence-length phase (train.phases), other weights for data.sources: one group of
+  # comma-separated weights per phase, groups separated by ';' (e.g. '0.7,0.3; 0.4,0.6' anneals
+  # the mix in the second phase). '': data.sources' weights throughout.
+  config.data.sources_phase_weights = ""
   # The field of a .jsonl record, or the column of a parquet file or datasets folder, that
   # holds a document's text.
   config.data.text_field = "text"

@@ -193,6 +193,9 @@ def open_source(source: str) -> Prepared:
   directory = paths.expand(source[len(PREFIX):]).rstrip("/")
   how = f"make it with `python -m mlmjax.prepare --source=... --out={directory}`"
   path = paths.join(directory, MANIFEST)
+  if directory.startswith("s3://"):
+    raise DataError(f"config.data.source={source!r}: array_record reads prepared files from"
+                    " local (or mounted) folders and gs:// only; copy it to one of those")
   if not paths.isdir(directory):
     raise DataError(f"config.data.source={source!r}: no directory {directory!r}; {how}")
   if not paths.isfile(path):

@@ -134,7 +134,8 @@ class _Trainer(loop.StepLoop):
       self.data.close()
     self.phase, self.phase_config = phase, phases_lib.phase_config(self.config, phase)
     self.data = prefetch.DevicePrefetcher(
-        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at),
+        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at,
+                              phase.index),  # a mixture's weights may differ per phase
         self.mesh, self.config.data.device_prefetch)
     return self.data
 
