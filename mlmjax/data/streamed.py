@@ -153,4 +153,5 @@ def _table_to_jsonl(path: str, batches, text_field: str, out: str) -> None:
   del path, text_field  # checked by the batch readers
   with open(out, "w", encoding="utf-8") as dst:
     for texts in batches:
-      dst.writelines(json.dumps({"text": t or ""}, ensure_ascii=False) + "\n" for t in texts)  # null: empty
+      # A null text is an empty document (skipped and counted, as in .jsonl).
+      dst.writelines(json.dumps({"text": t or ""}, ensure_ascii=False) + "\n" for t in texts)

@@ -234,7 +234,8 @@ class _FileDocuments:
   def _scan_txt(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
     """Returns (empty documents, long documents, their pieces); a .txt has no empty documents."""
     long = pieces = 0
-    with paths_lib.open(self._paths[file], "rb") as window_f:  # a second handle: cutting reads behind the scan
+    # A second handle: cutting reads behind the scan.
+    with paths_lib.open(self._paths[file], "rb") as window_f:
       def read(pos, n):
         window_f.seek(pos)
         return window_f.read(n)
