@@ -121,6 +121,16 @@ def read_bytes(path: str) -> bytes:
     return f.read()
 
 
+def read_range(path: str, start: int, end: int) -> bytes:
+  """Bytes [start, end) of a file: in a bucket one ranged request of exactly those bytes (a
+  file object would fetch a whole read-ahead block per document)."""
+  if is_remote(path):
+    return _filesystem(path).cat_file(path, start=start, end=end)
+  with builtins.open(path, "rb") as f:
+    f.seek(start)
+    return f.read(end - start)
+
+
 def read_text(path: str) -> str:
   return read_bytes(path).decode("utf-8")
 

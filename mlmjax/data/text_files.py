@@ -279,9 +279,7 @@ class _FileDocuments:
       lo, hi = self._char_range.get(index, (0, len(text)))
       return text[lo:hi].strip()
     # Opened per read: thread-safe, picklable, no descriptor limits (in a bucket: a ranged read).
-    with paths_lib.open(path, "rb") as f:
-      f.seek(start)
-      data = f.read(end - start)
+    data = paths_lib.read_range(path, start, end)
     return data.decode("utf-8", "replace").replace("\r\n", "\n").strip()
 
   def _record_text(self, path: str, start: int, end: int, cache: bool,
@@ -290,9 +288,7 @@ class _FileDocuments:
     # keeping the last record avoids parsing a huge line once per piece there.
     if self._last_record and self._last_record[0] == (path, start):
       return self._last_record[1]
-    with paths_lib.open(path, "rb") as f:
-      f.seek(start)
-      text = json.loads(f.read(end - start).decode("utf-8", "replace"))[field]
+    text = json.loads(paths_lib.read_range(path, start, end).decode("utf-8", "replace"))[field]
     if not text.isascii():  # JSON can escape lone surrogates ("\ud800"), which UTF-8 cannot hold
       text = text.encode("utf-8", "replace").decode("utf-8")
     if cache:
