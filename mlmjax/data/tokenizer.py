@@ -13,7 +13,6 @@ kind, so the rest of mlmjax never asks which one it has.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable, Iterator
 
 from absl import logging
