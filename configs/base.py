@@ -19,12 +19,26 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
-  # (documents separated by blank lines) and .jsonl (a "text" field per line) files; or
+  # (documents separated by blank lines) and .jsonl (a "text" field per line) files, either
+  # also .gz/.zst compressed, .parquet files and `datasets` folders (save_to_disk), local or in
+  # a bucket (gs://bucket/*.jsonl.gz, s3://...); or
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
   # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
   # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
   # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
   config.data.source = "builtin"
+  # A weighted mixture instead of data.source: 'WEIGHT:SOURCE; WEIGHT:SOURCE; ...', each SOURCE
+  # anything data.source takes (all raw text, or all prepared with one tokenizer), e.g.
+  # '0.7:gs://b/wiki/*.jsonl.gz; 0.3:books/*.txt'. Sources are read in order and repeated as
+  # their weights ask; each keeps its own held-out split. '' reads data.source.
+  config.data.sources = ""
+  # Per sequence-length phase (train.phases), other weights for data.sources: one group of
+  # comma-separated weights per phase, groups separated by ';' (e.g. '0.7,0.3; 0.4,0.6' anneals
+  # the mix in the second phase). '': data.sources' weights throughout.
+  config.data.sources_phase_weights = ""
+  # The field of a .jsonl record, or the column of a parquet file or datasets folder, that
+  # holds a document's text.
+  config.data.text_field = "text"
   # Every n-th document (offset n/2) is held out for evaluation; the rest is trained on.
   # Prepared data fixes it when it is prepared (a run with another value is refused).
   config.data.eval_every_nth_document = 50
@@ -66,7 +80,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000
   config.tokenizer.model_type = "unigram"
-  # At most this many lines of the training split are used to train the tokenizer.
+  # At most this many lines of the training split are used to train the tokenizer: from
+  # documents spread evenly over the whole split (a bounded sample of a large corpus).
   config.tokenizer.max_training_sentences = 2_000_000
 
   config.masking = ml_collections.ConfigDict()

@@ -34,6 +34,9 @@ _MAX_SENTENCES = flags.DEFINE_integer("max_sentences", 2_000_000,
 _EVAL_EVERY = flags.DEFINE_integer(
     "eval_every_nth_document", 50, "train: the held-out split left out, as in a run"
     " (config.data.eval_every_nth_document).")
+_TEXT_FIELD = flags.DEFINE_string(
+    "text_field", "text", "train: the .jsonl field / table column with the text"
+    " (config.data.text_field).")
 _TOKENIZER = flags.DEFINE_string("tokenizer", None, "encode: a sentencepiece .model file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "encode: a run whose tokenizer to use.")
 _PIECES = flags.DEFINE_bool("pieces", False, "encode: print pieces instead of ids.")
@@ -42,8 +45,8 @@ COMMANDS = ("train", "encode")
 
 
 def train(output: str, source: str, vocab_size: int, model_type: str, max_sentences: int,
-          eval_every: int) -> tokenizer_lib.Tokenizer:
-  train_split, _ = sources.load_splits(source, eval_every)
+          eval_every: int, text_field: str = "text") -> tokenizer_lib.Tokenizer:
+  train_split, _ = sources.load_splits(source, eval_every, text_field=text_field)
   logging.info("Training a %d-piece %s model on %d documents of %r...", vocab_size, model_type,
                len(train_split), source)
   tok = tokenizer_lib.train_tokenizer(train_split, vocab_size, model_type, max_sentences)
@@ -71,7 +74,7 @@ def _run(argv: list[str]) -> None:
       raise errors.UserError(f"train takes no arguments (got {texts[0]!r}); the text comes from"
                              " --source")
     tok = train(_OUTPUT.value, _SOURCE.value, _VOCAB_SIZE.value, _MODEL_TYPE.value,
-                _MAX_SENTENCES.value, _EVAL_EVERY.value)
+                _MAX_SENTENCES.value, _EVAL_EVERY.value, _TEXT_FIELD.value)
     print(f"{_OUTPUT.value}: {tok.vocab_size} pieces")
     return
   if bool(_TOKENIZER.value) == bool(_WORKDIR.value):

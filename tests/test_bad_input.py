@@ -57,8 +57,9 @@ def _set(config, dotted, value):
     ("data.format", "pairs", "data.format='pairs' is not one of full_sentences, doc_sentences,"
                              " segment_pair, sentence_pair, sop"),
     ("data.source", "/nonexistent/*.txt",
-     "/nonexistent/*.txt: no files match; config.data.source takes 'builtin', a .txt/.jsonl"
-     " file, a glob such as 'corpus/*.txt', a comma-separated list of these,"
+     "/nonexistent/*.txt: no files match; config.data.source takes 'builtin', a"
+     " .txt/.jsonl(.gz/.zst)/.parquet file or a datasets folder, a glob such as 'corpus/*.txt',"
+     " a comma-separated list of these,"
      " tfds:NAME[:SPLIT[:FEATURE]], or prepared:DIR (made by python -m mlmjax.prepare)"),
 ])
 def test_config_and_data_errors_change_nothing(trained, micro_config, key, value, message):

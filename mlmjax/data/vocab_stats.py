@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 import dataclasses
-import os
+import io
 import unicodedata
 
 from absl import logging
 import numpy as np
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.models import special_ids
 
 _FORMAT_VERSION = 1
@@ -121,16 +122,15 @@ def compute(tok, documents: Sequence[str], max_documents: int) -> VocabStats:
 
 def save(stats: VocabStats, path: str) -> None:
   """Writes `.npz` atomically: a crash never leaves a half-written file under `path`."""
-  tmp = f"{path}.tmp{os.getpid()}"  # per-process: several hosts may write the same file
-  with open(tmp, "wb") as f:
-    np.savez(f, version=np.int64(_FORMAT_VERSION),
-             **{k.name: getattr(stats, k.name) for k in dataclasses.fields(VocabStats)})
-  os.replace(tmp, path)
+  buf = io.BytesIO()
+  np.savez(buf, version=np.int64(_FORMAT_VERSION),
+           **{k.name: getattr(stats, k.name) for k in dataclasses.fields(VocabStats)})
+  paths.write_atomic(path, buf.getvalue())  # per-process temporary: several hosts may write it
 
 
 def load(path: str) -> VocabStats:
   try:
-    with np.load(path, allow_pickle=False) as z:
+    with np.load(io.BytesIO(paths.read_bytes(path)), allow_pickle=False) as z:
       if "version" not in z or int(z["version"]) != _FORMAT_VERSION:
         raise VocabStatsError(f"{path}: not an mlmjax vocab stats file of format"
                               f" {_FORMAT_VERSION}; delete it to recompute it")
@@ -151,7 +151,7 @@ def get_vocab_stats(tok, documents: Sequence[str], path: str, max_documents: int
   Like the tokenizer, the stats are computed once per run and reused on resume, so masks that
   depend on them (frequency, unigram replacement) never change under a run's feet.
   """
-  if os.path.exists(path):
+  if paths.exists(path):
     stats = load(path)
     if stats.vocab_size != len(tok):
       raise VocabStatsError(

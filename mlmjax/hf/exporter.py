@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 
 from absl import logging
 import jax
@@ -27,6 +28,7 @@ import numpy as np
 
 from mlmjax import errors
 from mlmjax.data import hf_tokenizer
+from mlmjax.data import paths
 from mlmjax.hf import convert as hf_convert
 from mlmjax.models import special_ids
 
@@ -46,7 +48,7 @@ def export(run, out: str) -> None:
     from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'") from None
-  if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+  if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
     raise ExportError(f"--out={out} exists and is not an empty folder")
   model_cfg, tok = run.config.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
@@ -76,14 +78,24 @@ def export(run, out: str) -> None:
     files = tok.files
   else:
     files = hf_tokenizer.from_sentencepiece(tok, model_cfg.max_position_embeddings)
-  # Written beside `out` and renamed into place: a failed export leaves no half a model.
-  tmp = os.path.abspath(out).rstrip("/") + f".tmp{os.getpid()}"
+  # Written beside `out` and renamed into place: a failed export leaves no half a model. A
+  # bucket has no renames: the folder is made locally and uploaded, the weights last.
+  remote = paths.is_remote(out)
+  tmp = (tempfile.mkdtemp(prefix="mlmjax-export-") if remote else
+         os.path.abspath(out).rstrip("/") + f".tmp{os.getpid()}")
   shutil.rmtree(tmp, ignore_errors=True)
   hf_tokenizer.write_files(files, tmp)
   hf_config.save_pretrained(tmp)
   weights = os.path.join(tmp, "model.safetensors")
   safetensors_numpy.save_file(state, weights, metadata={"format": "pt"})  # transformers: "pt"
   os.chmod(weights, 0o644)  # safetensors creates it owner-only, unlike the other files
+  if remote:
+    try:
+      for name in sorted(os.listdir(tmp), key=lambda n: n == "model.safetensors"):
+        paths.upload(os.path.join(tmp, name), paths.join(out, name))
+    finally:
+      shutil.rmtree(tmp, ignore_errors=True)
+    return
   if os.path.isdir(out):
     os.rmdir(out)  # empty, checked above
   os.rename(tmp, out)
@@ -114,6 +126,10 @@ def mlm_logits(run, rows: list[list[int]], key: str = "mlm_logits"
 def verify(run, out: str, text: str = SAMPLE_TEXT) -> float:
   """Max |logit difference| between transformers' load of `out` and mlmjax on `text`;
   raises ExportError above TOLERANCE."""
+  if paths.is_remote(out):  # transformers loads local folders only
+    with tempfile.TemporaryDirectory() as local:
+      paths.download(out, local)
+      return verify(run, local, text)
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   tok = run.tokenizer

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import shutil
 from typing import Any, Callable, Protocol
 
 from absl import logging
@@ -33,6 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.models import param_names
 
 
@@ -114,7 +113,7 @@ class Checkpointer:
     """The state on `abstract_state`'s shardings, the host item and, if asked, the data
     position."""
     args = {"state": ocp.args.StandardRestore(abstract_state)}
-    if os.path.isdir(os.path.join(self.directory, str(step), "host")):  # saved when non-empty
+    if paths.isdir(paths.join(self.directory, str(step), "host")):  # saved when non-empty
       args["host"] = ocp.args.StandardRestore()
     if with_data:
       args["data"] = ocp.args.JsonRestore()
@@ -174,11 +173,12 @@ class Checkpointer:
 
   def _set_aside(self, step: int) -> None:
     if jax.process_index() == 0:
-      os.makedirs(self._quarantine, exist_ok=True)
-      target = os.path.join(self._quarantine, str(step))
-      if os.path.exists(target):
-        shutil.rmtree(target)
-      os.rename(os.path.join(self.directory, str(step)), target)
+      source = epath.Path(self.directory) / str(step)
+      target = epath.Path(self._quarantine) / str(step)
+      target.parent.mkdir(parents=True, exist_ok=True)
+      if target.exists():
+        target.rmtree()
+      source.rename(target)  # a bucket has no rename of folders: epath copies, then deletes
     multihost_utils.sync_global_devices(f"mlmjax_set_aside_{step}")
     self.manager.reload()
 

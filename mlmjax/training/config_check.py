@@ -7,14 +7,14 @@ where the data is read; everything that the config alone (and the devices) decid
 
 from __future__ import annotations
 
-import os
-
 import jax
 import ml_collections
 import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import masking
+from mlmjax.data import mixture
+from mlmjax.data import paths
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as masking_settings
 from mlmjax.errors import ConfigError
@@ -120,6 +120,22 @@ def _check_data(config) -> None:
     raise ConfigError(f"data.eval_every_nth_document={d.eval_every_nth_document} must be >= 2")
   if d.max_document_chars < 1 or d.row_shuffle_window < 0:
     raise ConfigError("data.max_document_chars must be >= 1 and data.row_shuffle_window >= 0")
+  if d.sources:
+    if d.source != "builtin":
+      raise ConfigError(f"data.sources={d.sources!r} replaces data.source={d.source!r}: set one"
+                        " of them")
+    num_phases = len(phases_lib.plan(config))
+    for phase in range(num_phases):  # each phase's weights parse (mixture.py)
+      mixture.phase_weights(d, phase)
+    groups = [g for g in d.sources_phase_weights.split(";") if g.strip()]
+    if groups and len(groups) != num_phases:
+      raise ConfigError(f"data.sources_phase_weights has {len(groups)} groups for {num_phases}"
+                        " phases (train.phases): give one per phase")
+  elif d.sources_phase_weights:
+    raise ConfigError("data.sources_phase_weights needs data.sources (the weighted sources)")
+  if not d.text_field:
+    raise ConfigError("data.text_field must name the field (.jsonl) or column (parquet,"
+                      " datasets) that holds the text, e.g. 'text'")
   if d.worker_count < 0 or d.device_prefetch < 0:
     raise ConfigError(f"data.worker_count={d.worker_count} and data.device_prefetch="
                       f"{d.device_prefetch} must be >= 0")
@@ -177,9 +193,9 @@ def _check_masking(c) -> None:
 
 
 def _check_gazetteer(path: str) -> None:
-  if not os.path.isfile(path):
+  if not paths.isfile(path):
     raise ConfigError(f"masking.entity_gazetteer: {path!r} does not exist")
-  with open(path, encoding="utf-8", errors="replace") as f:
+  with paths.open(path, "rb") as f:
     if not any(line.strip() for line in f):
       raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
 

@@ -10,9 +10,11 @@ pyplot), so no display is needed.
 
 from __future__ import annotations
 
+import io
 import os
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import workdir as workdir_lib
 
@@ -31,10 +33,11 @@ class PlotError(errors.UserError):
   """Nothing to plot (no run, or no logged steps yet)."""
 
 
-def _labels(paths: list[str]) -> list[str]:
+def _labels(workdirs: list[str]) -> list[str]:
   """Short names that tell the runs apart: the folder names, or the full paths if they clash."""
-  names = [os.path.basename(os.path.normpath(p)) for p in paths]
-  return names if len(set(names)) == len(names) else [os.path.normpath(p) for p in paths]
+  names = [paths.basename(p if paths.is_remote(p) else os.path.normpath(p)) for p in workdirs]
+  return names if len(set(names)) == len(names) else [
+      p if paths.is_remote(p) else os.path.normpath(p) for p in workdirs]
 
 
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
@@ -52,7 +55,7 @@ def save_curves(workdirs: list[str], out: str) -> str:
   runs = []
   for path in workdirs:
     metrics_path = workdir_lib.Workdir(path).metrics
-    if not os.path.exists(metrics_path):
+    if not paths.exists(metrics_path):
       raise PlotError(f"{path} holds no metrics ({metrics_path} does not exist)")
     runs.append(metrics_lib.rows(metrics_path))
   if not any(runs):
@@ -86,5 +89,7 @@ def save_curves(workdirs: list[str], out: str) -> str:
       ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
   fig.suptitle(" vs ".join(_labels(workdirs)) if len(workdirs) > 1 else workdirs[0])
   fig.subplots_adjust(left=0.07, right=0.98, bottom=0.07, top=0.92, wspace=0.2, hspace=0.3)
-  fig.savefig(out, dpi=100)
+  png = io.BytesIO()
+  fig.savefig(png, format="png", dpi=100)
+  paths.write_atomic(out, png.getvalue())  # local or in a bucket
   return out

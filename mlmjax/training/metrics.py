@@ -1,6 +1,8 @@
 """Metric writers: JSONL + TensorBoard in the workdir, and a one-line progress log.
 
-Only process 0 writes; the other processes get a writer that does nothing.
+Only process 0 writes; the other processes get a writer that does nothing. In a bucket
+workdir (objects cannot be appended to) metrics.jsonl is rewritten whole and the event file
+uploaded at most every `REMOTE_FLUSH_S` seconds, and at the end.
 """
 
 from __future__ import annotations
@@ -8,11 +10,15 @@ from __future__ import annotations
 import json
 import logging as std_logging
 import math
-import os
 import time
 
 from absl import logging
 import jax
+
+from mlmjax.data import paths
+
+# A bucket workdir's metrics are uploaded at most this often (and when the writer closes).
+REMOTE_FLUSH_S = 30.0
 
 
 def quiet_library_logs() -> None:
@@ -26,9 +32,9 @@ def quiet_library_logs() -> None:
 def _drop_rows_after(path: str, step: int) -> None:
   """Removes the rows of steps after `step` (logged by a run that then crashed before its next
   checkpoint: the resumed run logs those steps again). Atomic rewrite."""
-  if not os.path.exists(path):
+  if not paths.exists(path):
     return
-  with open(path, encoding="utf-8") as f:
+  with paths.open(path) as f:
     lines = f.readlines()
   keep = []
   for line in lines:
@@ -38,18 +44,16 @@ def _drop_rows_after(path: str, step: int) -> None:
     except (ValueError, KeyError, TypeError):
       pass  # a line cut short by the crash
   if len(keep) != len(lines):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-      f.writelines(keep)
-    os.replace(path + ".tmp", path)
+    paths.write_atomic(path, "".join(keep))
 
 
 def rows(path: str) -> list[dict]:
   """The rows of a metrics.jsonl file (none if it does not exist; a line cut short by a crash
   is skipped)."""
-  if not os.path.exists(path):
+  if not paths.exists(path):
     return []
   out = []
-  with open(path, encoding="utf-8") as f:
+  with paths.open(path) as f:
     for line in f:
       try:
         out.append(json.loads(line))
@@ -71,23 +75,50 @@ class MetricWriter:
       return
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     _drop_rows_after(jsonl_path, resume_step)
-    self._jsonl = open(jsonl_path, "a", encoding="utf-8")
-    self._tb = SummaryWriter(tensorboard_dir)
+    self._remote = paths.is_remote(jsonl_path)
+    if self._remote:  # the whole file, rewritten at each upload
+      self._path, self._lines = jsonl_path, [json.dumps(r) + "\n" for r in rows(jsonl_path)]
+      self._flushed = time.monotonic()
+    else:
+      self._jsonl = open(jsonl_path, "a", encoding="utf-8")
+    # tensorboardX writes gs:// and s3:// event files itself (whole-file uploads at flush).
+    self._tb = SummaryWriter(tensorboard_dir, flush_secs=int(REMOTE_FLUSH_S))
 
   def write(self, step: int, metrics: dict[str, float]) -> None:
     if not self.enabled:
       return
-    self._jsonl.write(json.dumps({"step": int(step), **{k: float(v) for k, v in metrics.items()}})
-                      + "\n")
-    self._jsonl.flush()
+    line = json.dumps({"step": int(step), **{k: float(v) for k, v in metrics.items()}}) + "\n"
     for name, value in metrics.items():
       self._tb.add_scalar(name, float(value), int(step))
+    if not self._remote:
+      self._jsonl.write(line)
+      self._jsonl.flush()
+      self._tb.flush()
+      return
+    self._lines.append(line)
+    evaluated = any(k.startswith("eval/") for k in metrics)  # rare, and a resume looks for it
+    if evaluated or time.monotonic() - self._flushed >= REMOTE_FLUSH_S:
+      self._upload()
+
+  def flush(self) -> None:
+    """Makes what was written durable now (a bucket's upload; local files are flushed
+    already): before a checkpoint, so a resumed run never misses rows the checkpoint covers."""
+    if self.enabled and self._remote:
+      self._upload()
+
+  def _upload(self) -> None:
+    paths.write_atomic(self._path, "".join(self._lines))
     self._tb.flush()
+    self._flushed = time.monotonic()
 
   def close(self) -> None:
-    if self.enabled:
+    if not self.enabled:
+      return
+    if self._remote:
+      self._upload()
+    else:
       self._jsonl.close()
-      self._tb.close()
+    self._tb.close()
 
 
 def _duration(seconds: float) -> str:

@@ -140,7 +140,8 @@ class _Trainer(loop.StepLoop):
     self.train_step, self.eval_step = self._steps_for(self.phase_config)
     self.data = prefetch.DevicePrefetcher(
         self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at,
-                              self.mask_rates),
+                              self.mask_rates,
+                              phase.index),  # a mixture's weights may differ per phase
         self.mesh, self.config.data.device_prefetch)
     return self.data
 
@@ -234,6 +235,7 @@ class _Trainer(loop.StepLoop):
     self.eval_metrics = out
 
   def save(self, step: int, state) -> None:
+    self.writer.flush()  # the rows this checkpoint covers reach a bucket workdir first
     self.ckpt.save(step, state, self.data, host={"loop": self.loop.state(),
                                                  "feedback": self.feedback.state()})
 

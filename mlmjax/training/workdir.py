@@ -19,6 +19,8 @@
         results.json       its dev-set metrics after the last step
 
 Only this module knows these names; every other module is handed the paths it writes.
+WORKDIR may be a bucket folder (`gs://bucket/run`, `s3://bucket/run`): every path here goes
+through the one path layer (data/paths.py), and the lock becomes a lease object.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ import jax
 import ml_collections
 
 from mlmjax import errors
+from mlmjax.data import paths
 
 
 def _write_atomic(path: str, text: str) -> None:
-  with open(path + ".tmp", "w", encoding="utf-8") as f:
-    f.write(text)
-  os.replace(path + ".tmp", path)  # atomic: never half a file
+  paths.write_atomic(path, text)  # never half a file
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,7 @@ class Workdir:
   path: str
 
   def _join(self, name: str) -> str:
-    return os.path.join(self.path, name)
+    return paths.join(self.path, name)
 
   config = property(lambda self: self._join("config.json"))
   tokenizer = property(lambda self: self._join("tokenizer.model"))
@@ -56,12 +57,12 @@ class Workdir:
   def saved_tokenizer(self) -> str:
     """The tokenizer the run saved, whichever kind (none yet: the sentencepiece path, so that
     loading it names the missing file)."""
-    return next((p for p in self.tokenizers.values() if os.path.exists(p)), self.tokenizer)
+    return next((p for p in self.tokenizers.values() if paths.exists(p)), self.tokenizer)
 
   vocab_stats = property(lambda self: self._join("tokenizer_stats.npz"))
-  checkpoints = property(lambda self: os.path.join(os.path.abspath(self.path), "checkpoints"))
+  checkpoints = property(lambda self: paths.join(paths.abspath(self.path), "checkpoints"))
   corrupt_checkpoints = property(
-      lambda self: os.path.join(os.path.abspath(self.path), "corrupt_checkpoints"))
+      lambda self: paths.join(paths.abspath(self.path), "corrupt_checkpoints"))
   metrics = property(lambda self: self._join("metrics.jsonl"))
   tensorboard = property(lambda self: self._join("tensorboard"))
   curves = property(lambda self: self._join("curves.png"))
@@ -72,18 +73,23 @@ class Workdir:
     """The default folder of a fine-tuning run of this (pretraining) run on `task` (of the
     same model from random initialisation: its baseline)."""
     name = task.replace("/", "_") + (".random_init" if random_init else "")
-    return Workdir(os.path.join(self.path, "finetune", name))
+    return Workdir(paths.join(self.path, "finetune", name))
 
   def make_writable(self) -> None:
     """Creates the folder and fails now, with the reason, rather than at the first save."""
+    if self.path.startswith("s3://"):  # everything else works there (tests/test_buckets.py)
+      raise errors.UserError(
+          f"--workdir={self.path}: orbax-checkpoint 0.12 writes checkpoints only to local (or"
+          " mounted) folders and gs://; use one of those for a training run's workdir")
     try:
-      os.makedirs(self.path, exist_ok=True)
+      paths.makedirs(self.path)
       probe = self._join(f".write_test.{os.getpid()}")
-      with open(probe, "w", encoding="utf-8") as f:
+      with paths.open(probe, "w") as f:
         f.write("ok")
-      os.remove(probe)
+      paths.remove(probe)
     except OSError as e:
-      raise errors.UserError(f"cannot write to --workdir={self.path}: {e.strerror}") from None
+      raise errors.UserError(f"cannot write to --workdir={self.path}:"
+                             f" {e.strerror or e}") from None
 
   def save_config(self, config) -> None:
     if jax.process_index() == 0:
@@ -95,7 +101,6 @@ class Workdir:
       _write_atomic(path, json.dumps(value, indent=2) + "\n")
 
   def load_config(self) -> ml_collections.ConfigDict:
-    if not os.path.isfile(self.config):
+    if not paths.isfile(self.config):
       raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
-    with open(self.config, encoding="utf-8") as f:
-      return ml_collections.ConfigDict(json.load(f))
+    return ml_collections.ConfigDict(json.loads(paths.read_text(self.config)))

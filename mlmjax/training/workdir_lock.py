@@ -13,6 +13,13 @@ ends. A lock left behind by a process that died (SIGKILL, power loss) is taken o
 
 Multi-host runs: only process 0 takes the lock (all processes of a run are one trainer); the
 others learn its answer and refuse with the same message.
+
+A workdir in a bucket (`gs://`, `s3://`) has the same lock as a lease object: created only if
+absent (GCS `ifGenerationMatch=0`, S3 `If-None-Match: *`), renewed and released only if it is
+still the version this trainer wrote (`ifGenerationMatch` / `If-Match`), and taken over, once
+stale, only if nobody renewed or took it meanwhile. The store arbitrates every race, so two
+trainers can never both hold it; a trainer whose renewal is refused has lost the lease and says
+so.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from absl import logging
 import jax
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.parallel import distributed
 
 
@@ -45,6 +53,8 @@ class WorkdirLock:
                 "started": time.strftime("%Y-%m-%d %H:%M:%S"), "heartbeat": 0}
     self._stop = threading.Event()
     self._thread = None
+    self._remote = paths.is_remote(path)
+    self._version: str | None = None  # bucket: the lease version last seen or written
 
   def __enter__(self) -> "WorkdirLock":
     error = self._acquire() if jax.process_index() == 0 else None
@@ -61,19 +71,17 @@ class WorkdirLock:
       return
     self._stop.set()
     self._thread.join()
-    if (self._read() or {}).get("token") == self._me["token"]:
+    if self._remote:
+      if self._version is not None:
+        paths.delete_if(self.path, self._version)  # not if another trainer took it meanwhile
+    elif (self._read() or {}).get("token") == self._me["token"]:
       os.remove(self.path)
 
   # ---- process 0 ------------------------------------------------------------------------------
   def _acquire(self) -> str | None:
     """None when the lock is ours now, else the refusal."""
-    try:
-      fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-      with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(self._me, f)
+    if self._create():
       return None
-    except FileExistsError:
-      pass
     holder = self._read()
     if holder and self._alive(holder):
       return (f"--workdir={self.workdir} is in use by another trainer (host {holder['host']},"
@@ -81,10 +89,13 @@ class WorkdirLock:
               " another --workdir")
     logging.warning("Taking over the lock of a trainer that is gone (%s)",
                     holder and f"host {holder['host']}, pid {holder['pid']}")
+    taken = f"--workdir={self.workdir} was just taken by another trainer; use another --workdir"
+    if self._remote:  # only if still the version judged stale (or still absent): the store
+      return None if self._write_if(self._version) else taken  # decides races
     self._write()
     time.sleep(0.05)  # two takers at once: the last rename wins, and the loser sees it
     if (self._read() or {}).get("token") != self._me["token"]:
-      return f"--workdir={self.workdir} was just taken by another trainer; use another --workdir"
+      return taken
     return None
 
   def _alive(self, holder: dict) -> bool:
@@ -105,18 +116,45 @@ class WorkdirLock:
     while time.monotonic() < deadline:
       time.sleep(min(1.0, self.stale_s / 10))
       now = self._read()
+      if self._remote and now is not None and now.get("token") != holder.get("token"):
+        return True  # another trainer took the lease meanwhile: it is alive
       if now is None or now.get("token") != holder.get("token"):
         return False  # released or replaced meanwhile: free to take
       if now.get("heartbeat") != holder.get("heartbeat"):
         return True
     return False
 
-  def _read(self) -> dict | None:
+  def _create(self) -> bool:
+    """Creates the lock if there is none; True if this call created it."""
+    if self._remote:
+      return self._write_if(None)
     try:
+      fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      return False
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      json.dump(self._me, f)
+    return True
+
+  def _read(self) -> dict | None:
+    """The lock's record (None: gone, or cut short by a crash mid-write); in a bucket, also
+    remembers its version, which a takeover must still find."""
+    try:
+      if self._remote:
+        got = paths.read_versioned(self.path)
+        self._version = got and got[1]
+        return json.loads(got[0]) if got else None
       with open(self.path, encoding="utf-8") as f:
         return json.load(f)
     except (OSError, ValueError):
-      return None  # gone, or cut short by a crash mid-write
+      return None
+
+  def _write_if(self, version: str | None) -> bool:
+    """Bucket only: writes our record if the lease is at `version` (None: absent)."""
+    new = paths.write_if(self.path, json.dumps(self._me).encode(), version)
+    if new is not None:
+      self._version = new
+    return new is not None
 
   def _write(self) -> None:
     tmp = f"{self.path}.{self._me['token']}"
@@ -126,11 +164,17 @@ class WorkdirLock:
 
   def _beat(self) -> None:
     while not self._stop.wait(self.heartbeat_s):
-      if (self._read() or {}).get("token") != self._me["token"]:
+      if not self._remote and (self._read() or {}).get("token") != self._me["token"]:
         logging.error("The lock of %s was taken by another trainer", self.workdir)
         return
       self._me["heartbeat"] += 1
       try:
-        self._write()
-      except OSError as e:  # a full disk must not kill training; the next beat retries
+        if self._remote and not self._write_if(self._version):
+          self._version = None
+          logging.error("The lock of %s was taken by another trainer", self.workdir)
+          return
+        if not self._remote:
+          self._write()
+      except Exception as e:  # pylint: disable=broad-except
+        # A full disk or a network blip must not kill training; the next beat retries.
         logging.warning("Could not refresh the workdir lock: %s", e)

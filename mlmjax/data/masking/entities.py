@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import errors
+from mlmjax.data import paths
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import units
@@ -92,8 +93,8 @@ def load_gazetteer(path: str, tok: tokenizer_lib.Tokenizer) -> Gazetteer:
   """One phrase per line (blank lines skipped), encoded like documents. The file's existence
   and non-emptiness are config rules (config_check.py); phrases whose encoding contains [UNK]
   can never match a maskable span and are dropped."""
-  with open(path, "r", encoding="utf-8", errors="replace") as f:
-    phrases = [line.strip() for line in f if line.strip()]
+  text = paths.read_bytes(path).decode("utf-8", "replace")
+  phrases = [line.strip() for line in text.split("\n") if line.strip()]
   encoded = [np.asarray(ids, np.int32) for ids in tok.encode(phrases)]
   kept = [ids for ids in encoded if len(ids) and ids.min() >= special_ids.NUM_SPECIAL]
   if len(kept) < len(encoded):
