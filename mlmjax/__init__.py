@@ -11,13 +11,16 @@ Commands (`python -m mlmjax.NAME`), each a thin module of flags and one call:
   tokenizer    train a tokenizer, or encode text with one
   bench        step time, tokens/s, MFU, memory and input speed, as JSON
   input_bench  the input pipeline's tokens/s alone
+  compile      compile the steps for a TPU slice or GPU node from any machine: memory, FLOPs,
+               collectives, kernel
 
 The library, imports running one way (a package never imports one above it):
   finetuning/  tasks, examples, the classifier, the fine-tuning run
   training/    the pretraining run, the shared loop and steps, optimizer, checkpoints, run folder
   hf/          Hugging Face conversion rules, export, import
-  data/        sources, tokenizers, formats and packing, masking/, the grain pipeline
-  parallel/    the device mesh, sharding rules, the multi-host runtime
+  data/        paths (local, buckets), sources, tokenizers, formats and packing, masking/,
+               the grain pipeline
+  parallel/    the device mesh, sharding rules, the multi-host runtime, compile targets
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
 errors.py (one-line user errors) serves every layer.
 """

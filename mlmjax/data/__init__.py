@@ -1,12 +1,16 @@
 """The input: text in, masked fixed-shape batches out, all on the host.
 
-  sources.py, text_files.py  documents from the built-in corpus, local files, tfds
+  paths.py                   one path layer: local files and buckets (gs://, s3://)
+  sources.py, text_files.py  documents from the built-in corpus, files (local or in buckets), tfds
+  streamed.py                .gz/.zst text, parquet and datasets folders, streamed to plain files
+  mixture.py                 weighted mixtures of sources (per phase)
   prepared.py                ArrayRecord data tokenized once (python -m mlmjax.prepare)
   tokenizer.py               sentencepiece (trained or loaded); hf_tokenizer.py: Hugging Face's
   vocab_stats.py             per-id tables the masking strategies read
   sentences.py, documents.py sentence splitting; tokenized documents
   formats.py, rows.py        units of a row (RoBERTa's formats, NSP/SOP pairs); packing to arrays
-  masking/                   the masking strategies (a mask is a pure function of seed, step, row)
+  masking/                   the masking strategies (a mask is a pure function of seed, step,
+                             row) and the mask rate schedule
   shard_walk.py              one data shard walked in windows (in grain workers or not)
   pipeline.py                a process's batch iterator over its shards, checkpointable
   prefetch.py                batches put on the device mesh ahead of the step

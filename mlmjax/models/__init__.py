@@ -3,7 +3,9 @@
   bert.py         the pretraining encoder (BERT, RoBERTa, SpanBERT heads, the modern block
                   options: pre-LN, GLU, rotary, local/global attention), its MLM and NSP heads
   layers.py       the blocks: embeddings' parts, self-attention, MLP, LayerNorm, rotary
-  attention.py    attention kernels (XLA, cuDNN, TPU splash, Pallas GPU) behind one call
+  attention.py    attention kernels (XLA, cuDNN, TPU splash, Pallas GPU) behind one call; the
+                  Pallas ones under shard_map on each device's shard
+  compile_target.py  the mesh the model is built and traced for (not always this machine's)
   electra.py      ELECTRA: generator and discriminator over shared embeddings
   flops.py        model FLOPs per token and the devices' peaks (MFU)
   special_ids.py  [PAD] [UNK] [CLS] [SEP] [MASK]: the ids every tokenizer maps onto

@@ -15,5 +15,7 @@
   learning_curves.py   the curves.png of a run
   config_check.py      every config rule, checked before anything is written
   benchmark.py         what the bench commands measure
+  aot.py               the steps compiled for a target without its devices (mlmjax.compile)
+  profiling.py         train.profile_steps: a jax.profiler trace of chosen steps
 Imports hf/, data/, parallel/ and models/; finetuning/ and the commands build on it.
 """
