@@ -17,8 +17,8 @@ HF = [
 TPU = ["jax[tpu]>=0.10.2,<0.11"]
 # `[gpu-compile]`: jax's CUDA plugin, to compile for NVIDIA GPU nodes (mlmjax.compile
 # --target=h100x8) without a GPU: ~180 MB of wheels. On a machine without a GPU it prints a
-# "Could not find cuda drivers" notice to stderr whenever jax starts. ptxas from the CUDA toolkit wheel, for
-# machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12
+# "Could not find cuda drivers" notice to stderr whenever jax starts. ptxas from the CUDA
+# toolkit wheel, for machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12
 # (a 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
 GPU_COMPILE = [
     "jax-cuda12-plugin==0.10.2",  # must equal jax's version

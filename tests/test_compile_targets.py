@@ -73,8 +73,8 @@ def test_target_names():
 
 
 # Per-device bytes (arguments + outputs - aliased + temporaries + generated code) of tiny at
-# seq 128 (2 layers) as compiled by libtpu 0.0.42.1 (jax 0.10.2); a change of more than 10% is a change in
-# what the step keeps, to look at.
+# seq 128 (2 layers) as compiled by libtpu 0.0.42.1 (jax 0.10.2); a change of more than 10% is
+# a change in what the step keeps, to look at.
 _MEMORY = {("v5p-8", "train"): 47_141_600, ("v5p-8", "eval"): 14_298_816,
            ("v5litepod-16", "train"): 19_070_464, ("v5litepod-16", "eval"): 6_132_736}
 

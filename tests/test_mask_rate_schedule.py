@@ -88,7 +88,8 @@ def test_rules():
     config_check.check(config, 1, 1)
   with pytest.raises(ConfigError, match="its 4th item must be a dict of"):
     config_check.check(_config(spec=((1.0, 256, 80, {"rate": 0.2}),)), 1, 1)
-  with pytest.raises(ConfigError, match="too small for the phase's highest mask rate 0.4 at seq_len 256"):
+  with pytest.raises(ConfigError,
+                     match="too small for the phase's highest mask rate 0.4 at seq_len 256"):
     config_check.check(_config(start=0.4), 1, 1)
 
 

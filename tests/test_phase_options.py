@@ -19,8 +19,8 @@ from mlmjax.training import train
 def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resume_is_exact(
     tmp_path, micro_config, monkeypatch):
   """Phase 1: 8 rows of 16 tokens, rotary base 10k; phase 2: 16 rows of 32, base 160k (the
-  held-out batches, at the end, keep train.batch_size = 16). Stopped inside phase 1 and resumed across the
-  switch, the run ends bit-identical to the straight one."""
+  held-out batches, at the end, keep train.batch_size = 16). Stopped inside phase 1 and resumed
+  across the switch, the run ends bit-identical to the straight one."""
   micro_config.train.phases = ((0.5, 16, 3, {"batch_size": 8}),
                                (0.5, 32, 6, {"rope_base": 160_000.0}))
   micro_config.train.update(checkpoint_every_steps=8, eval_every_steps=8, log_every_steps=4,

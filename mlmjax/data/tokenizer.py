@@ -64,8 +64,8 @@ class Tokenizer:
   def special_mask(self) -> np.ndarray:
     """[V] bool: ids that are not text (specials, control, unknown, unused, byte pieces)."""
     sp = self.sp
-    return np.array([i < special_ids.NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)
-                     or sp.is_byte(i) for i in range(len(self))], bool)
+    return np.array([i < special_ids.NUM_SPECIAL or sp.is_control(i) or sp.is_unknown(i)
+                     or sp.is_unused(i) or sp.is_byte(i) for i in range(len(self))], bool)
 
   def word_pieces(self) -> list[str]:
     """Every id's piece; a piece that starts a word begins with U+2581."""
