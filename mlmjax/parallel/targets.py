@@ -14,6 +14,7 @@ smallest dimension (v5p-64 = 2x4x4 chips), 2D (v5e, v6e) from 2x2 (v5e-32 = 4x8)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -71,13 +72,22 @@ def _grid(chips: int, three_d: bool) -> tuple[int, ...] | None:
   return tuple(dims) if n == chips else None
 
 
-def _quiet_libtpu() -> None:
-  """libtpu looks for the TPU VM it runs on; here there is none. Saying so silences its
-  warnings, and several processes may load it at once (tests, a second compile)."""
-  for key, value in (("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-                     ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-                     ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
-    os.environ.setdefault(key, value)
+@contextlib.contextmanager
+def _quiet_libtpu():
+  """libtpu looks for the TPU VM it runs on; here there is none. Saying so while it loads
+  silences its warnings, and several processes may load it at once (tests, a second compile).
+  The variables are removed again: left set, they would tell every process started later
+  from this one (a training run) that it is on a TPU VM (parallel/distributed.py)."""
+  added = {key: value for key, value in (
+      ("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+      ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+      ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")) if key not in os.environ}
+  os.environ.update(added)
+  try:
+    yield
+  finally:
+    for key in added:
+      os.environ.pop(key, None)
 
 
 def _unknown(name: str, why: str = "") -> UserError:
@@ -88,8 +98,12 @@ def _unknown(name: str, why: str = "") -> UserError:
 def get(name: str) -> Target:
   """The target a user names (see the module docstring); a UserError naming the valid forms
   otherwise, or saying what to install when the compiler for it is missing."""
+  with _quiet_libtpu():
+    return _get(name)
+
+
+def _get(name: str) -> Target:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  _quiet_libtpu()
   m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
   if m:
     slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
