@@ -134,7 +134,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.objective = ml_collections.ConfigDict()
   # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT), or 'electra': a small MLM generator fills the
   # masked slots with samples and the model (a discriminator) learns, on every token, which
-  # ones were replaced (mlmjax/electra.py).
+  # ones were replaced (mlmjax/models/electra.py).
   config.objective.kind = "mlm"
   # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
   config.objective.generator_fraction = 0.25
@@ -168,7 +168,7 @@ def get_config() -> ml_collections.ConfigDict:
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
   config.model.position_embedding_type = "learned"
-  # The block (mlmjax/layers.py): 'post' LayerNorm (BERT) or 'pre' (ModernBERT; adds a final
+  # The block (mlmjax/models/layers.py): 'post' LayerNorm (BERT) or 'pre' (ModernBERT; adds a final
   # norm and skips the first block's attention norm).
   config.model.norm_position = "post"
   # The MLP: 'gelu' (BERT), or gated 'geglu' (ModernBERT) / 'swiglu'; intermediate_size is the
@@ -188,7 +188,7 @@ def get_config() -> ml_collections.ConfigDict:
   # 'bfloat16'. Parameters and optimizer state stay float32; LayerNorm statistics, attention
   # softmax, logits and losses are float32 whatever it is.
   config.model.dtype = "auto"
-  # Attention kernel (mlmjax/attention.py): 'auto' (splash on TPU, cuDNN flash on GPU in
+  # Attention kernel (mlmjax/models/attention.py): 'auto' (splash on TPU, cuDNN flash on GPU in
   # bfloat16, else XLA), 'xla', 'cudnn', 'splash', 'pallas_gpu'. Training with
   # attention_dropout_rate > 0 computes attention probabilities explicitly instead.
   config.model.attention_impl = "auto"

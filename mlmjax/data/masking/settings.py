@@ -1,5 +1,5 @@
 """The `config.masking` keys as the masker uses them: typed settings, the mixture spec, the
-per-row prediction budget. The rules for their values are in mlmjax/config_check.py.
+per-row prediction budget. The rules for their values are in mlmjax/training/config_check.py.
 """
 
 from __future__ import annotations
