@@ -13,7 +13,7 @@ corpus for the same wall-clock budget: a 40-step calibration run measures its se
 (inside a real training loop, input included; see seconds_per_step), and every run of the arm
 gets budget / that many steps, so each schedule runs to its end. Then the arm's encoder is
 fine-tuned on `kjv_corrupted` (is this verse as written, or are 15% of its words replaced?)
-with the settings the README reports for it.
+with the settings of its table in docs/experiments.md.
 
   bert     configs/tiny.py as it is: post-LN, GELU MLP 512, biases, rotary positions, global
            attention, 30% masking, AdamW (0.9, 0.999), linear decay
@@ -119,7 +119,7 @@ def seconds_per_step(config, workdir: str, steps: int = 40) -> float:
 
 
 def finetune(workdir: str, examples: int) -> dict:
-  """kjv_corrupted, as the README's table: 8,192 examples, one epoch, mean pooling."""
+  """kjv_corrupted, as in docs/experiments.md: 8,192 examples, one epoch, mean pooling."""
   config = finetune_config.get_config()
   config.data.update(seq_len=64, max_train_examples=examples)
   config.train.update(epochs=1.0, learning_rate=1e-3)

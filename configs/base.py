@@ -166,7 +166,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.layer_norm_eps = 1e-12
   # Position information: 'learned' absolute embeddings added to the input (BERT), or 'rope'
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
-  # models learn to use context far sooner with 'rope' (configs/tiny.py; README).
+  # models learn to use context far sooner with 'rope' (docs/experiments.md).
   config.model.position_embedding_type = "learned"
   # The block (mlmjax/models/layers.py): 'post' LayerNorm (BERT) or 'pre' (ModernBERT; adds a final
   # norm and skips the first block's attention norm).
@@ -255,7 +255,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100
   # A jax.profiler trace of steps FIRST..END-1 ("100:105") into workdir/profile/, for
-  # TensorBoard's profile plugin or Perfetto (README: Profiling). '' = off. Start after the
+  # TensorBoard's profile plugin or Perfetto (docs/training.md). '' = off. Start after the
   # first steps, which hold the compilation.
   config.train.profile_steps = ""
   # Held-out evaluation every this many steps (and at the end), over eval_batches batches.

@@ -1,7 +1,7 @@
 """A small BERT that visibly learns the built-in corpus on a 2-core CPU in a few minutes.
 
-Chosen by measurement on a 2-core CPU (see README): 128 wide with 4 heads of 32 learns faster
-per second than 256 wide; short rows (64 tokens, KJV verses are ~30) and a small batch give
+Chosen by measurement on a 2-core CPU (docs/experiments.md): 128 wide with 4 heads of 32 learns
+faster per second than 256 wide; short rows (64 tokens, KJV verses are ~30) and a small batch give
 many updates; 1e-3 is about the highest peak a post-LN model of this size takes. 30% masking
 (as in MosaicBERT and ModernBERT) doubles the training signal per step for ~5% more compute:
 "heaven" reached the fill-mask top 5 for Genesis 1:1 after 3,000 steps, where 15% masking still

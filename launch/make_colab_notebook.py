@@ -2,7 +2,8 @@
 
     python launch/make_colab_notebook.py
 
-tests/test_notebook.py checks that the committed notebook is what this writes, and runs it.
+The notebook test (in tests/project/) checks that the committed notebook is what this writes,
+and runs it.
 """
 
 import json
