@@ -17,7 +17,6 @@ import json
 from absl import app
 from absl import flags
 from absl import logging
-import ml_collections
 
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
@@ -29,9 +28,6 @@ from mlmjax.training import phases as phases_lib
 from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
-
-# What runs saved before config.eval existed are scored at (configs/base.py).
-DEFAULT_MASK_RATE = 0.15
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _SOURCE = flags.DEFINE_string(
@@ -60,8 +56,6 @@ def evaluate(path: str, source: str = "", step: int | None = None,
   run_dir = workdir_lib.Workdir(path)
   run = finished_run.load(path, step, _mesh(run_dir.load_config()))
   config = run.config
-  if "eval" not in config:
-    config.eval = ml_collections.ConfigDict({"mask_rate": DEFAULT_MASK_RATE})
   if mask_rate is not None:
     config.eval.mask_rate = mask_rate
   if batches is not None:

@@ -140,14 +140,13 @@ class _FineTuner(loop.StepLoop):
   def _check_same_run(self) -> None:
     """An output folder holds one fine-tuning run: another task, init or pretrained run there
     would silently resume the wrong checkpoint."""
-    try:
-      saved = self.out.load_config()
-    except errors.UserError:
+    if not self.out.has_config():
       return  # a new run
+    saved = self.out.saved_record()
     if "run" not in saved:
       raise errors.UserError(f"{self.out.path} holds a pretraining run: give another"
                              " --output_dir")
-    saved = saved.run.to_dict()
+    saved = saved["run"]
     mine = {k: v for k, v in self.run_record.items() if k != "pretrained_step"}
     if any(saved.get(k) != v for k, v in mine.items()):
       raise errors.UserError(

@@ -55,6 +55,18 @@ def check(config, num_devices: int | None = None, num_processes: int | None = No
   _check_objective(config)
 
 
+def check_saved(config) -> None:
+  """The rules a saved run's config must still meet for its checkpoint to load (the model, its
+  objective and optimizer, the phases; saved_config.py): not those of this machine's devices,
+  nor of files only training reads (a corpus, a gazetteer, an init_from folder)."""
+  _check_model(config)
+  _check_data(config)
+  _check_phases(config)
+  _check_train(config.train)
+  _check_rate("eval.mask_rate", config.eval.mask_rate)
+  _check_objective(config)
+
+
 def _check_objective(config) -> None:
   o = config.objective
   _one_of("objective.kind", o.kind, ("mlm", "electra"))

@@ -1,7 +1,8 @@
 """The run folder: where everything of a run lives (loading a finished run: finished_run.py).
 
     WORKDIR/
-      config.json          the resolved config of the run
+      config.json          the resolved config of the run, with its format version
+                           (saved_config.py: read back onto today's defaults)
       tokenizer.model      the sentencepiece model (trained or copied), or
       tokenizer_hf/        a Hugging Face tokenizer's files (runs started from such a model)
       tokenizer_stats.npz  per-piece tables (word starts, capitals, corpus counts) for masking
@@ -34,6 +35,7 @@ import ml_collections
 
 from mlmjax import errors
 from mlmjax.data import paths
+from mlmjax.training import saved_config
 
 
 def _write_atomic(path: str, text: str) -> None:
@@ -93,14 +95,24 @@ class Workdir:
 
   def save_config(self, config) -> None:
     if jax.process_index() == 0:
-      _write_atomic(self.config, config.to_json_best_effort(indent=2, sort_keys=True))
+      _write_atomic(self.config, saved_config.dumps(config))
 
   def save_json(self, path: str, value) -> None:
     """`value` as JSON at `path` (one of this folder's files), from process 0."""
     if jax.process_index() == 0:
       _write_atomic(path, json.dumps(value, indent=2) + "\n")
 
+  def has_config(self) -> bool:
+    return paths.isfile(self.config)
+
   def load_config(self) -> ml_collections.ConfigDict:
-    if not paths.isfile(self.config):
+    """The pretraining run's config, read onto today's defaults (runs saved by an earlier
+    mlmjax lack the keys added since)."""
+    if not self.has_config():
       raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
-    return ml_collections.ConfigDict(json.loads(paths.read_text(self.config)))
+    return saved_config.load(self.config)
+
+  def saved_record(self) -> dict:
+    """config.json as saved, without defaults (a fine-tuning run's, whose keys are not a
+    pretraining run's)."""
+    return saved_config.read(self.config)

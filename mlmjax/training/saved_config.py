@@ -1,0 +1,136 @@
+"""A run's saved config (WORKDIR/config.json): written with its format version, read back onto
+today's defaults, so that runs saved by an earlier mlmjax still load.
+
+    {"config_version": 1, "data": {...}, "masking": {...}, ..., "train": {...}}
+
+The file is the run's resolved config, as it always was, plus one top-level key,
+`config_version`: a wrapper ({"version": .., "config": {..}}) would break every script that
+reads config.json's keys, and a key inside the config would let --config.config_version change
+it. A file without it was written before versions were (format 0). VERSION goes up when a key is
+renamed or changes meaning; the older formats' files are then converted in `read`, before the
+merge. Keys added since need no new version: the merge gives them today's default.
+
+`load` starts from today's defaults (configs/base.py) and overwrites them with the saved values,
+recursively: a key added since the run was saved takes today's default (a new key's default is
+the behaviour before it), a saved value takes its default's type (JSON's lists back to tuples,
+an int where a float goes), and keys mlmjax no longer knows are named in one warning line and
+ignored. A saved value that does not fit its key's type, or that today's rules refuse, is a
+one-line ConfigError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import os
+
+from absl import logging
+import ml_collections
+
+from mlmjax import errors
+from mlmjax.data import paths
+
+VERSION = 1
+VERSION_KEY = "config_version"
+# mlmjax's defaults: the repo's configs/base.py, beside the package (installs are editable).
+_BASE_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "configs", "base.py")
+
+
+def dumps(config: ml_collections.ConfigDict) -> str:
+  """The text of config.json: `config` and the format version, keys sorted."""
+  saved = json.loads(config.to_json_best_effort())
+  return json.dumps({VERSION_KEY: VERSION, **saved}, indent=2, sort_keys=True)
+
+
+def read(path: str) -> dict:
+  """config.json at `path` as saved, without its version; a newer format is refused (its keys
+  may mean something else than here)."""
+  try:
+    saved = json.loads(paths.read_text(path))
+  except json.JSONDecodeError as e:
+    raise errors.ConfigError(f"{path} is not valid JSON ({e})") from None
+  if not isinstance(saved, dict):
+    raise errors.ConfigError(f"{path} holds no config (a JSON object)")
+  version = saved.pop(VERSION_KEY, 0)
+  if not isinstance(version, int) or not 0 <= version <= VERSION:
+    raise errors.ConfigError(f"{path} has {VERSION_KEY}={version!r}: this mlmjax reads formats"
+                             f" up to {VERSION}; load the run with a newer mlmjax")
+  return saved
+
+
+@functools.cache
+def _base_module():
+  if not os.path.isfile(_BASE_CONFIG):
+    raise errors.UserError(f"mlmjax's default config {_BASE_CONFIG} is missing: saved runs are"
+                           " read onto it (install mlmjax from a checkout: pip install -e .)")
+  spec = importlib.util.spec_from_file_location("mlmjax_base_config", _BASE_CONFIG)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def defaults() -> ml_collections.ConfigDict:
+  """Today's defaults of a pretraining run (configs/base.py), a fresh copy."""
+  return _base_module().get_config()
+
+
+def load(path: str) -> ml_collections.ConfigDict:
+  """The pretraining run config saved at `path`, read onto today's defaults (module doc)."""
+  saved = read(path)
+  if "run" in saved:  # the record finetuning/trainer.py adds to a fine-tuning run's config
+    raise errors.UserError(f"{path} is a fine-tuning run's config: give the workdir of a"
+                           " pretraining run")
+  config, unknown = defaults(), []
+  _merge(config, saved, path, "", unknown)
+  if unknown:
+    # A warning, not an error: mlmjax computes nothing from a key it no longer reads, and a
+    # retired key whose value shaped the model leaves parameters the restore cannot match,
+    # which checkpoint.py names; refusing here would strand runs for a key merely retired.
+    # Every such key in one line, so that none hides in a long log.
+    logging.warning("%s: ignoring keys this mlmjax no longer knows: %s", path,
+                    ", ".join(sorted(unknown)))
+  # Imported here: config_check brings the model stack, which the commands that only read a
+  # workdir's files (plot, tokenizer) do not need.
+  from mlmjax.training import config_check  # pylint: disable=g-import-not-at-top
+  try:
+    config_check.check_saved(config)
+  except errors.ConfigError as e:
+    raise errors.ConfigError(f"{path}: {e}") from None
+  return config
+
+
+def _merge(config: ml_collections.ConfigDict, saved: dict, path: str, prefix: str,
+           unknown: list[str]) -> None:
+  """Overwrites `config`'s values with `saved`'s, recursively (names of keys `config` lacks
+  go to `unknown`)."""
+  for key, value in saved.items():
+    name = prefix + key
+    if key not in config:
+      unknown.append(name)
+      continue
+    default = config[key]
+    if isinstance(default, ml_collections.ConfigDict):
+      if not isinstance(value, dict):
+        raise _unreadable(path, name, value, "a group of keys")
+      _merge(default, value, path, name + ".", unknown)
+      continue
+    if isinstance(default, tuple) and isinstance(value, list):
+      value = _tuples(value)  # JSON has no tuples: mesh.rules, train.phases are tuples of them
+    try:
+      config[key] = value  # ConfigDict's type check: an int may become a float, nothing else
+    except TypeError:
+      raise _unreadable(path, name, value, f"of type {type(default).__name__}") from None
+
+
+def _unreadable(path: str, name: str, value, what: str) -> errors.ConfigError:
+  return errors.ConfigError(f"{path}: {name}={value!r} cannot be read: today {name} is {what}")
+
+
+def _tuples(value):
+  """JSON lists (at any depth) as tuples; objects stay dicts (a train.phases entry's options)."""
+  if isinstance(value, list):
+    return tuple(_tuples(v) for v in value)
+  return value
