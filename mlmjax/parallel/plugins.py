@@ -27,6 +27,7 @@ from collections.abc import Callable
 import contextlib
 import dataclasses
 import glob
+import importlib.machinery
 import os
 import re
 import sys
@@ -69,6 +70,7 @@ _STAND_IN_DOC = "mlmjax's stand-in for a jax plugin hidden on this machine (para
 
 def _stand_in(name: str) -> types.ModuleType:
   module = types.ModuleType(name, _STAND_IN_DOC)
+  module.__spec__ = importlib.machinery.ModuleSpec(name, None)
   module.initialize = lambda: None  # what jax calls; registers no backend
   return module
 
