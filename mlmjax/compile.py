@@ -3,6 +3,7 @@ and print what the compiler says: one JSON line per step (memory per device agai
 device's, compiler and model FLOPs, collectives, the attention kernel, compile time).
 
   pip install -e '.[tpu]'            # libtpu: compiling for TPUs from any machine
+  pip install -e '.[gpu-compile]'    # jax's CUDA plugin: compiling for GPU nodes (h100x8)
   python -m mlmjax.compile --config=configs/bert.py:large --target=v5p-8 \
       --config.data.seq_len=512 --config.masking.max_predictions_per_seq=77 [--hlo_dir=DIR]
 
@@ -19,8 +20,6 @@ from ml_collections import config_flags
 
 from mlmjax import errors
 from mlmjax.parallel import targets
-from mlmjax.training import aot
-from mlmjax.training import metrics
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 _TARGET = flags.DEFINE_string("target", None, f"What to compile for: {targets.FORMS}.")
@@ -30,9 +29,13 @@ _VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line e
 
 def main(argv):
   del argv
-  metrics.quiet_library_logs()
   with errors.reported_in_one_line(_VERBOSE.value):
+    # The target first, jax after: a GPU target needs jax's CUDA plugin, which jax loads when
+    # it is imported and a machine without a GPU leaves out otherwise (parallel/plugins.py).
     target = targets.get(_TARGET.value)
+    from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+    from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+    metrics.quiet_library_logs()
     for compiled in aot.compile_steps(_CONFIG.value, target):
       if _HLO_DIR.value:
         compiled.report["hlo"] = aot.write_hlo(compiled, _HLO_DIR.value)

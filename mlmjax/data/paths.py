@@ -14,7 +14,7 @@ object storage differs in kind:
 
 Test servers and emulators: setting STORAGE_EMULATOR_HOST (what google-cloud-storage and gcsfs
 read) also points array_record's and tensorstore's (orbax) GCS readers at it; for S3 the
-standard AWS_ENDPOINT_URL serves boto3, s3fs and tensorstore alike.
+standard AWS_ENDPOINT_URL serves s3fs (aiobotocore) and tensorstore alike.
 
 Why data/: both the data layer (sources, prepared data, tokenizers) and training (the run
 folder, metrics, the lock) need it, and imports run training -> data, never back; parallel/ is
@@ -243,9 +243,32 @@ def _gcs_blob(path: str):
   return client.bucket(bucket).blob(key)
 
 
-def _s3():
-  import boto3  # pylint: disable=g-import-not-at-top
-  return boto3.client("s3")
+def _s3(method: str, **kwargs) -> dict:
+  """One S3 request through the aiobotocore client s3fs already holds (no boto3: its botocore
+  pins fight aiobotocore's); a response's Body comes back read. A refusal raises the
+  ClientError itself, not s3fs's translation of it, so that callers can read its code.
+
+  s3fs passes on only the arguments its botocore knows: IfMatch needs botocore >= 1.35.74,
+  which setup.py's aiobotocore floor guarantees (older, the write would be unconditional)."""
+  fs = _filesystem("s3://")
+  from fsspec import asyn  # pylint: disable=g-import-not-at-top
+
+  async def call():
+    out = await fs._call_s3(method, **kwargs)  # pylint: disable=protected-access
+    body = out.get("Body")
+    if body is not None:
+      try:
+        out["Body"] = await body.read()
+      finally:
+        body.close()
+    return out
+
+  try:
+    return asyn.sync(fs.loop, call)
+  except OSError as e:
+    if hasattr(e.__cause__, "response"):  # s3fs's translation of a botocore ClientError
+      raise e.__cause__ from None
+    raise
 
 
 def read_versioned(path: str) -> tuple[bytes, str] | None:
@@ -258,13 +281,15 @@ def read_versioned(path: str) -> tuple[bytes, str] | None:
     except exceptions.NotFound:
       return None
     return data, str(blob.generation)
+  import botocore.exceptions  # pylint: disable=g-import-not-at-top
   bucket, key = _split(path)
-  client = _s3()
   try:
-    out = client.get_object(Bucket=bucket, Key=key)
-  except client.exceptions.NoSuchKey:
-    return None
-  return out["Body"].read(), out["ETag"]
+    out = _s3("get_object", Bucket=bucket, Key=key)
+  except botocore.exceptions.ClientError as e:
+    if e.response["Error"]["Code"] == "NoSuchKey":
+      return None
+    raise
+  return out["Body"], out["ETag"]
 
 
 def write_if(path: str, data: bytes, version: str | None) -> str | None:
@@ -282,7 +307,7 @@ def write_if(path: str, data: bytes, version: str | None) -> str | None:
   bucket, key = _split(path)
   condition = {"IfMatch": version} if version else {"IfNoneMatch": "*"}
   try:
-    out = _s3().put_object(Bucket=bucket, Key=key, Body=data, **condition)
+    out = _s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
   except botocore.exceptions.ClientError as e:
     if e.response["Error"]["Code"] in ("PreconditionFailed", "ConditionalRequestConflict",
                                        "NoSuchKey"):
@@ -308,5 +333,5 @@ def delete_if(path: str, version: str) -> bool:
   current = read_versioned(path)  # S3's conditional delete is recent; compare, then delete
   if current is None or current[1] != version:
     return False
-  _s3().delete_object(Bucket=bucket, Key=key)
+  _s3("delete_object", Bucket=bucket, Key=key)
   return True

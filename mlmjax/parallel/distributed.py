@@ -13,7 +13,6 @@ train loop and orbax's `reached_preemption`).
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 
@@ -22,14 +21,14 @@ from jax.experimental import multihost_utils
 import numpy as np
 import portpicker
 
+from mlmjax.parallel import plugins
+
 
 def _in_a_cluster() -> bool:
   """A TPU VM (jax finds its pod-slice peers through the GCE metadata server, or GKE's
   TPU_WORKER_HOSTNAMES) or a multi-task SLURM job: jax configures those by itself."""
-  tpu_vm = (os.path.exists("/dev/accel0") or bool(glob.glob("/dev/vfio/[0-9]*"))
-            or "TPU_WORKER_HOSTNAMES" in os.environ)
   slurm_tasks = int(os.environ.get("SLURM_NTASKS", "1") or 1)
-  return tpu_vm or slurm_tasks > 1
+  return plugins.tpu_vm() or slurm_tasks > 1
 
 
 def initialize(coordinator_address: str | None, num_processes: int | None,

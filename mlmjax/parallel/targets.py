@@ -21,6 +21,7 @@ import os
 import re
 
 from mlmjax.errors import UserError
+from mlmjax.parallel import plugins
 
 GiB = 1024**3
 
@@ -38,6 +39,7 @@ _GPU = {
     "h100": ("h100.txtpb", 80 * GiB, 989.0),
     "a100": ("a100.txtpb", 80 * GiB, 312.0),
 }
+_GPU_NAME = re.compile(r"(h100|a100)x(\d+)")
 FORMS = ("v4-N, v5p-N (N TensorCores, 2 per chip), v5litepod-N / v5e-N, v6e-N (N chips),"
          " KxNAME for K slices (2xv5p-64), h100xN, a100xN (N GPUs of one node)")
 
@@ -76,8 +78,10 @@ def _grid(chips: int, three_d: bool) -> tuple[int, ...] | None:
 def _quiet_libtpu():
   """libtpu looks for the TPU VM it runs on; here there is none. Saying so while it loads
   silences its warnings, and several processes may load it at once (tests, a second compile).
+  The CUDA plugin, started here for a GPU target, skips its check of the CUDA libraries of a
+  GPU this machine need not have (it would print a traceback and register nothing).
   The variables are removed again: left set, they would tell every process started later
-  from this one (a training run) that it is on a TPU VM (parallel/distributed.py)."""
+  from this one (a training run) that it is on a TPU VM (plugins.tpu_vm)."""
   added = {key: value for key, value in (
       ("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
       ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
@@ -98,7 +102,11 @@ def _unknown(name: str, why: str = "") -> UserError:
 def get(name: str) -> Target:
   """The target a user names (see the module docstring); a UserError naming the valid forms
   otherwise, or saying what to install when the compiler for it is missing."""
-  with _quiet_libtpu():
+  gpu = _GPU_NAME.fullmatch(name)
+  # A GPU target's CUDA plugin before jax is imported: jax loads its kernels then.
+  plugins_needed = (plugins.loading("cuda", f"compiling for {name}") if gpu
+                    else contextlib.nullcontext())
+  with _quiet_libtpu(), plugins_needed:
     return _get(name)
 
 
@@ -106,6 +114,7 @@ def _get(name: str) -> Target:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
   if m:
+    plugins.use("tpu", f"compiling for {name}")
     slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
     prefix, cores, three_d, chip_config, hbm, peak = _TPU[family]
     grid = _grid(count // cores, three_d) if count % cores == 0 and slices >= 1 else None
@@ -124,17 +133,17 @@ def _get(name: str) -> Target:
       raise
     return Target(name, "tpu", tuple(devices), slices, hbm, peak * 1e12,
                   f"{topology} x {slices} slice(s)")
-  m = re.fullmatch(r"(h100|a100)x(\d+)", name)
-  if m and int(m.group(2)) >= 1:
-    spec, hbm, peak = _GPU[m.group(1)]
+  gpu = _GPU_NAME.fullmatch(name)
+  if gpu and int(gpu.group(2)) >= 1:
+    spec, hbm, peak = _GPU[gpu.group(1)]
     with open(os.path.join(os.path.dirname(__file__), "gpu_specs", spec), encoding="utf-8") as f:
       config = f.read()
     try:
       devices = topologies.get_topology_desc(
-          platform="cuda", target_config=config, topology=f"1x1x{m.group(2)}").devices
+          platform="cuda", target_config=config, topology=f"1x1x{gpu.group(2)}").devices
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f"compiling for {name} needs jax's CUDA plugin: pip install -e"
                       f" '.[gpu-compile]' ({str(e).splitlines()[0]})") from e
     return Target(name, "gpu", tuple(devices), 1, hbm, peak * 1e12,
-                  f"1 node x {m.group(2)} {m.group(1).upper()}")
+                  f"1 node x {gpu.group(2)} {gpu.group(1).upper()}")
   raise _unknown(name)

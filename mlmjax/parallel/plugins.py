@@ -1,0 +1,155 @@
+"""jax's accelerator plugins, loaded only where they are used: the CUDA plugin on a machine with
+an NVIDIA GPU or to compile for a GPU node (`mlmjax.compile --target=h100x8`), libtpu on a TPU VM
+or to compile for a TPU slice (`--target=v5p-8`).
+
+Installed (`[gpu-compile]`, `[tpu]`), jax loads them in every process, and on a machine without
+the accelerator they print to stderr, which no setting turns off (JAX_PLATFORMS=cpu included):
+  - CUDA: `import jax` imports the plugin's kernels (jax_cuda12_plugin, from jax._src.lib), and
+    jax's first look for devices starts its PJRT module (jax_plugins.xla_cuda12, found through
+    the `jax_plugins` namespace package and entry points). Each prints "Could not find cuda
+    drivers on your machine, GPU will not be used." (C++ logging), and the plugin's check of
+    the CUDA libraries a traceback.
+  - libtpu: jax's first look for devices loads it, and it warns that it cannot tell which TPU
+    it runs on ("could not determine TPU accelerator type ...").
+Noise in every command's output, and errors that are no longer one line.
+
+So `hide`, which mlmjax/__init__.py calls before anything imports jax, hides from jax each plugin
+whose accelerator this machine lacks, as if it were not installed: the plugin's modules are None
+in sys.modules (jax's `import` of them fails, which jax takes as "not installed"), and the CUDA
+PJRT module is a stand-in whose `initialize()` registers nothing. A compile target undoes that
+with `loading` (parallel/targets.py), which also keeps CUDA's driver notices, untrue of a
+compile, out of stderr. JAX_PLATFORMS naming the platform also keeps its plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import contextlib
+import dataclasses
+import glob
+import importlib.machinery
+import os
+import re
+import sys
+import tempfile
+import types
+
+from mlmjax.errors import UserError
+
+
+def nvidia_gpu() -> bool:
+  """jax._src.hardware_utils's test: jax starts CUDA only where one of these exists."""
+  return any(map(os.path.exists, ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")))
+
+
+def tpu_vm() -> bool:
+  """A TPU VM: its chips (v4: /dev/accel*, v5 and later: /dev/vfio/N), or GKE's variable."""
+  return (os.path.exists("/dev/accel0") or bool(glob.glob("/dev/vfio/[0-9]*"))
+          or "TPU_WORKER_HOSTNAMES" in os.environ)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plugin:
+  platforms: frozenset[str]  # JAX_PLATFORMS names that ask for it
+  present: Callable[[], bool]  # the accelerator is on this machine
+  modules: tuple[str, ...]  # made unimportable
+  stand_ins: tuple[str, ...] = ()  # jax imports these by name: inert modules instead
+  # jax looks the plugin up when `import jax` runs (CUDA's kernels), not only when it is used
+  at_import: bool = False
+
+
+_PLUGINS = {
+    "cuda": _Plugin(frozenset({"cuda", "gpu"}), nvidia_gpu,
+                    ("jax_cuda12_plugin", "jax_cuda13_plugin"),
+                    ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13"), at_import=True),
+    # jax imports libtpu (for its path) each time it loads it: hidden, jax finds no libtpu
+    "tpu": _Plugin(frozenset({"tpu"}), tpu_vm, ("libtpu",)),
+}
+_STAND_IN_DOC = "mlmjax's stand-in for a jax plugin hidden on this machine (parallel/plugins.py)"
+
+
+def _stand_in(name: str) -> types.ModuleType:
+  module = types.ModuleType(name, _STAND_IN_DOC)
+  module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+  module.initialize = lambda: None  # what jax calls; registers no backend
+  return module
+
+
+def _hidden_here(name: str) -> bool:
+  if name not in sys.modules:
+    return False
+  module = sys.modules[name]
+  return module is None or module.__doc__ == _STAND_IN_DOC
+
+
+def _wanted(plugin: _Plugin) -> bool:
+  platforms = {p.strip().lower() for p in os.environ.get("JAX_PLATFORMS", "").split(",")}
+  return bool(platforms & plugin.platforms) or plugin.present()
+
+
+def hide() -> None:
+  """Hides from jax each plugin this machine has no accelerator for. Only before jax is
+  imported: once it is, what it loaded stays."""
+  if "jax" in sys.modules:
+    return
+  for plugin in _PLUGINS.values():
+    if not _wanted(plugin):
+      for name in plugin.modules:
+        sys.modules.setdefault(name, None)
+      for name in plugin.stand_ins:
+        sys.modules.setdefault(name, _stand_in(name))
+
+
+def hidden(platform: str) -> bool:
+  plugin = _PLUGINS[platform]
+  return any(map(_hidden_here, plugin.modules + plugin.stand_ins))
+
+
+def use(platform: str, why: str) -> None:
+  """Lets jax load the plugin of `platform` ('cuda' or 'tpu') for `why` (a compile target).
+  A UserError if that is too late: jax loads CUDA's kernels when it is imported."""
+  if not hidden(platform):
+    return
+  plugin = _PLUGINS[platform]
+  if plugin.at_import and "jax" in sys.modules:
+    raise UserError(
+        f"{why} needs jax's CUDA plugin, which jax loads when it is imported, and this process"
+        " imported jax without it (no GPU here): run python -m mlmjax.compile, or call"
+        " mlmjax.parallel.plugins.use('cuda', ...) before importing jax")
+  for name in plugin.modules + plugin.stand_ins:
+    if _hidden_here(name):
+      del sys.modules[name]
+
+
+# What the CUDA plugin's C++ code prints where no driver is, each line after absl's preamble.
+_CUDA_NOTICE = re.compile(
+    rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    rb"|I\d{4} [\d:. ]+ +\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine,"
+    rb" GPU will not be used\.")
+
+
+@contextlib.contextmanager
+def loading(platform: str, why: str):
+  """`use`; then, while jax loads CUDA inside on a machine without a GPU, stderr without the
+  plugin's notice that no driver is here (C++ writes it to file descriptor 2 directly: the
+  descriptor goes to a file meanwhile, and every other line goes back to stderr after)."""
+  quiet = platform == "cuda" and hidden(platform)
+  use(platform, why)
+  if not quiet:
+    yield
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      kept = b"".join(line for line in captured.read().splitlines(keepends=True)
+                      if not _CUDA_NOTICE.fullmatch(line.rstrip(b"\n")))
+      with open(2, "wb", closefd=False) as stderr:
+        stderr.write(kept)
