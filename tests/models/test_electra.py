@@ -18,7 +18,7 @@ from mlmjax.models import electra
 from mlmjax.training import losses
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
-from test_sharding import synthetic_batches
+from synthetic_steps import synthetic_batches
 
 
 def _micro(micro_config):

@@ -116,7 +116,7 @@ def test_rope_sees_only_relative_positions(micro_config):
 def test_scan_and_remat_train_like_the_plain_model():
   """Stacked layers under lax.scan and every rematerialisation policy: the same initial
   weights (stacked), the same losses and the same parameters after three steps."""
-  from test_sharding import small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  from synthetic_steps import small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
   batches = synthetic_batches(3)
   plain_metrics, plain = train(small_config((1, 1, 1)), batches, devices=jax.devices()[:1])
   for scan, remat in ((True, "none"), (False, "full"), (True, "dots_saveable")):
@@ -133,7 +133,7 @@ def test_scan_and_remat_train_like_the_plain_model():
 
 
 def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
-  from test_sharding import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  from synthetic_steps import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
   config = small_config((1, 1, 1))
   config.model.dtype = "bfloat16"
   config.train.learning_rate = 3e-3

@@ -8,7 +8,7 @@ import numpy as np
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer as optim
 from mlmjax.training import train_state
-from test_sharding import VOCAB, losses_of, small_config, synthetic_batches, train
+from synthetic_steps import VOCAB, losses_of, small_config, synthetic_batches, train
 
 # Muon's quintic Newton-Schulz coefficients (Jordan et al., 2024), 5 iterations.
 NS_COEFFS, NS_STEPS = (3.4445, -4.775, 2.0315), 5

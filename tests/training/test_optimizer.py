@@ -11,8 +11,8 @@ from mlmjax.training import config_check
 from mlmjax.training import optimizer as optim
 from mlmjax.training import steps
 from mlmjax.training import train_state
-from test_sharding import (VOCAB, collectives_in, init_state, losses_of, small_config,
-                           synthetic_batches, train)
+from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
+                             synthetic_batches, train)
 
 
 def _toy_params():
