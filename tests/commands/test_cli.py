@@ -15,6 +15,7 @@ def _run(*args, timeout=300):
                         capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_train_resume_and_predict(tmp_path, tokenizer_path):
   workdir = str(tmp_path / "run")
   common = ["mlmjax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
@@ -63,6 +64,7 @@ def test_cli_config_errors_are_one_line(tmp_path, args, message):
   assert not os.listdir(tmp_path)  # nothing written
 
 
+@pytest.mark.slow
 def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
   """A preset file with a size argument, plus strategy and format switches on the command line."""
   workdir = str(tmp_path / "run")
@@ -89,6 +91,7 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
   assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_prints_its_numbers(tokenizer_path):
   proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
               "--loop_steps=10",

@@ -7,6 +7,8 @@ from mlmjax import errors
 from mlmjax import predict
 from mlmjax.training import train
 
+pytestmark = pytest.mark.slow  # every test uses a model trained for 500 steps
+
 DOCUMENT = ("And the LORD spake unto Moses, saying, Speak unto the people. And the king went"
             " up to his house. In the beginning God created the heaven and the earth.")
 

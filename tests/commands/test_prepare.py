@@ -64,6 +64,7 @@ def _same_folder(a: str, b: str) -> None:
     assert paths.read_bytes(paths.join(a, name)) == paths.read_bytes(paths.join(b, name)), name
 
 
+@pytest.mark.slow
 def test_a_killed_preparation_resumes_byte_identical(text_corpus, tokenizer_path, reference,
                                                     tmp_path):
   out = str(tmp_path / "out")
@@ -95,6 +96,7 @@ def test_a_killed_preparation_resumes_byte_identical(text_corpus, tokenizer_path
   _same_folder(out, reference)
 
 
+@pytest.mark.slow
 def test_two_hosts_prepare_into_one_bucket_folder(text_corpus, tokenizer_path, reference):
   with storage_servers.fake_gcs() as gcs:
     out = f"{gcs.make_bucket()}/prepared"

@@ -93,6 +93,7 @@ def test_rules():
     config_check.check(_config(start=0.4), 1, 1)
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical_across_a_change_of_rate(tmp_path, micro_config):
   """The rate falls every step, then jumps at the phase switch (step 4): stopped at step 3,
   a resumed run ends exactly where the straight one does."""

@@ -3,7 +3,7 @@ the real row builder (formats.make_rows) from the built-in corpus.
 
 Statistical checks pool enough draws that the bound (5 standard deviations of the estimate) is
 tight, yet a correct implementation fails with probability < 1e-6 per check. Config errors are
-in test_config_check.py.
+in tests/training/test_config_check.py.
 """
 
 import logging

@@ -43,6 +43,7 @@ def _mixture_config(config, tmp_path):
   return config
 
 
+@pytest.mark.slow
 def test_a_run_over_a_mixture_resumes_exactly_across_its_weight_switch(tmp_path, micro_config):
   config = _mixture_config(micro_config, tmp_path)
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")

@@ -30,6 +30,7 @@ def _same(a, b):
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data_format,strategy,resume", [
     ("full_sentences", "mixture", True),  # every dynamic strategy, two shards in this process
     ("sop", "static", False),

@@ -144,6 +144,7 @@ def test_prepare_refuses_bad_output_and_prepared_input(kjv, tmp_path):
   assert not os.path.exists(tmp_path / "again")
 
 
+@pytest.mark.slow
 def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro_config,
                                                                       tmp_path):
   """8 steps from the text in this process; the same run stopped after step 4's checkpoint

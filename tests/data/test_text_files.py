@@ -95,6 +95,7 @@ def test_bad_files_fail_in_one_line(tmp_path):
     _documents(str(tmp_path / "d"))
 
 
+@pytest.mark.slow
 def test_sources_in_a_bucket(tmp_path):
   _write_all(tmp_path)
   want = _documents(str(tmp_path / "a.txt"))

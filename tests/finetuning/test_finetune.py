@@ -25,6 +25,8 @@ from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 
+pytestmark = pytest.mark.slow  # every test starts from a pretrained run; commands as subprocesses
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 

@@ -24,6 +24,8 @@ from mlmjax.training import finished_run
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 
+pytestmark = pytest.mark.slow  # pretrained runs, the export command, transformers loading them
+
 transformers.logging.set_verbosity_error()
 
 TEXTS = ["Café, naïve résumé: “quoted” — 3.14159 and 2,024 years!",

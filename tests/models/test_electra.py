@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 from flax import nnx
 
 from configs import electra as electra_config
@@ -62,6 +63,7 @@ def test_generator_replaces_only_masked_slots_and_labels_mark_what_changed(micro
   assert model.encode(batch).shape == (4, 32, c.model.hidden_size)
 
 
+@pytest.mark.slow
 def test_electra_trains_and_resumes_exactly(tmp_path, micro_config):
   c = _micro(micro_config)
   preset = electra_config.get_config("small")
@@ -80,6 +82,7 @@ def test_electra_trains_and_resumes_exactly(tmp_path, micro_config):
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.slow
 def test_electra_discriminator_fine_tunes(tmp_path, micro_config):
   """The fine-tuning command's encoder is ELECTRA's discriminator, loaded from the checkpoint
   as it is (a learning rate of 1e-12 leaves it unchanged)."""

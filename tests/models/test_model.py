@@ -113,6 +113,7 @@ def test_rope_sees_only_relative_positions(micro_config):
                          atol=1e-3)
 
 
+@pytest.mark.slow
 def test_scan_and_remat_train_like_the_plain_model():
   """Stacked layers under lax.scan and every rematerialisation policy: the same initial
   weights (stacked), the same losses and the same parameters after three steps."""
@@ -132,6 +133,7 @@ def test_scan_and_remat_train_like_the_plain_model():
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
   from synthetic_steps import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
   config = small_config((1, 1, 1))
@@ -182,6 +184,7 @@ def test_block_parameter_counts(micro_config, mlp, bias):
   assert count == matrices + 2 * d + biases  # + the two LayerNorm scales
 
 
+@pytest.mark.slow
 def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config):
   """The ModernBERT preset's options on the micro model: pre-LN, GeGLU, no biases, sliding
   windows (8 tokens in two of three layers), two rotary bases, WSD with 1 - sqrt decay and

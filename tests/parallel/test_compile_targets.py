@@ -79,6 +79,7 @@ _MEMORY = {("v5p-8", "train"): 47_141_600, ("v5p-8", "eval"): 14_298_816,
            ("v5litepod-16", "train"): 19_070_464, ("v5litepod-16", "eval"): 6_132_736}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,mesh", [("v5p-8", (-1, 1, 1)), ("v5litepod-16", (2, -1, 1))])
 def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
   """`auto` is splash on TPU (training too, with attention dropout 0); it must be in both
@@ -105,6 +106,7 @@ def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
     assert abs(r["memory_bytes"]["total"] - want) <= 0.1 * want, (r["memory_bytes"], want)
 
 
+@pytest.mark.slow
 @needs_cuda_plugin
 def test_pallas_gpu_kernel_compiles_on_eight_h100():
   target = targets.get("h100x8")
@@ -136,6 +138,7 @@ def test_sharded_splash_matches_the_reference_on_eight_devices():
   np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=2e-5)
 
 
+@pytest.mark.slow
 def test_a_config_too_big_for_the_chip_is_one_line():
   """The command, as a user runs it: 65,536 rows on one v5e chip (16 GiB) cannot fit."""
   out = subprocess.run(

@@ -16,6 +16,8 @@ import pytest
 
 from conftest import REPO, saved_state
 
+pytestmark = pytest.mark.slow  # two training processes
+
 OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=2",

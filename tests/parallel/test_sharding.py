@@ -103,6 +103,7 @@ def test_bad_rules_and_uneven_batch_splits_fail_clearly():
 # ---- the same numbers on every mesh -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_mesh_trains_like_one_device():
   """DP, FSDP, TP and DP x FSDP x TP: the same losses and parameters as one device, step by
   step, with dropout on (its masks do not depend on the sharding: threefry is partitionable)."""
@@ -144,6 +145,7 @@ def test_eval_step_on_a_sharded_mesh_matches_one_device():
     np.testing.assert_allclose(sums[1][key], sums[0][key], rtol=1e-6, err_msg=key)
 
 
+@pytest.mark.slow
 def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, make_masker):
   config = small_config((8, 1, 1))
   config.tokenizer.path = tokenizer_path
@@ -288,6 +290,7 @@ def _compiled_memory(config, vocab=30522):
           - m.alias_size_in_bytes)
 
 
+@pytest.mark.slow
 def test_fsdp_gathers_layer_by_layer_and_needs_under_half_the_memory():
   """BERT-large (335M parameters) on 8 devices, one row of 128 tokens per device: FSDP holds a
   shard of the weights and optimizer state and one layer's full weights at a time; data

@@ -57,6 +57,7 @@ def _text(cell) -> str:
   return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
+@pytest.mark.slow
 def test_notebook_runs_on_cpu(kernel_env, tmp_path):
   workdir = kernel_env
   nb = nbformat.read(NOTEBOOK, as_version=4)

@@ -13,6 +13,8 @@ from mlmjax.data import tokenizer as tok_lib
 from mlmjax.training import checkpoint
 from mlmjax.training import train
 
+pytestmark = pytest.mark.slow  # every test first trains a run, then must leave it unharmed
+
 
 def _snapshot(workdir):
   """Every file under the workdir except logs -> its sha256."""

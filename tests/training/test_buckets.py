@@ -20,6 +20,8 @@ from conftest import REPO, saved_state
 from mlmjax.data import paths
 from mlmjax.training import workdir_lock
 
+pytestmark = pytest.mark.slow  # storage servers, and a two-process run killed and restarted
+
 
 @pytest.fixture(scope="module")
 def gcs():

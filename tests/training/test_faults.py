@@ -54,6 +54,7 @@ def test_nonfinite_step_changes_nothing(micro_config, corpus, make_masker):
                             before["params"]["token_embedding"])
 
 
+@pytest.mark.slow
 def test_skip_policy_logs_and_goes_on(tmp_path, micro_config, nan_at_step):
   nan_at_step(4)  # the 5th step
   train.train_and_evaluate(micro_config, str(tmp_path))
@@ -62,6 +63,7 @@ def test_skip_policy_logs_and_goes_on(tmp_path, micro_config, nan_at_step):
   assert all(np.isfinite(r["loss"]) for r in rows)
 
 
+@pytest.mark.slow
 def test_stop_policy_names_the_step_and_saves_nothing_after_it(tmp_path, micro_config,
                                                                nan_at_step):
   micro_config.train.nonfinite_policy = "stop"

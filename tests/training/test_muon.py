@@ -4,6 +4,7 @@ everything else AdamW; behind apply_if_finite; sharded like the parameters; a ti
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer as optim
@@ -86,6 +87,7 @@ def test_muon_skips_nonfinite_gradients():
   assert int(state.notfinite_count) == 1
 
 
+@pytest.mark.slow
 def test_muon_state_is_sharded_like_the_parameters_and_a_tiny_run_learns():
   config = small_config((1, 4, 2))  # FSDP x tensor parallel
   config.train.update(optimizer="muon", learning_rate=1e-2, warmup_steps=1)

@@ -114,6 +114,7 @@ def test_nonfinite_gradients_change_nothing(optimizer):
 # ---- gradient accumulation --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh_shape,k,optimizer", [
     ((2, 2, 2), 4, "adamw"),  # DP x FSDP x TP, one row per device per micro-batch
     ((8, 1, 1), 2, "lamb"),
@@ -139,6 +140,7 @@ def test_micro_batches_equal_one_big_batch(mesh_shape, k, optimizer):
     np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_micro_batches_stay_on_their_devices():
   """The split into micro-batches moves no data: the accumulating data-parallel step holds no
   all-to-all, gather or permute, only all-reduces (gradients and sums, per micro-batch)."""

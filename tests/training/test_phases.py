@@ -16,6 +16,7 @@ from mlmjax.training import phases
 from mlmjax.training import train
 
 
+@pytest.mark.slow
 def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resume_is_exact(
     tmp_path, micro_config, monkeypatch):
   """Phase 1: 8 rows of 16 tokens, rotary base 10k; phase 2: 16 rows of 32, base 160k (the

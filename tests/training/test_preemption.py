@@ -16,6 +16,8 @@ import pytest
 from conftest import REPO, latest_step, saved_state, user_env
 from mlmjax.training import metrics
 
+pytestmark = pytest.mark.slow  # training subprocesses, signalled and killed
+
 STEPS = 600
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",

@@ -12,6 +12,7 @@ from mlmjax.training import config_check
 from mlmjax.training import train
 
 
+@pytest.mark.slow
 def test_a_run_writes_a_trace_of_the_steps_asked_for(micro_config, tmp_path):
   config = micro_config
   config.train.steps = 4

@@ -11,6 +11,8 @@ from conftest import saved_state
 from mlmjax.data import formats
 from mlmjax.training import train
 
+pytestmark = pytest.mark.slow  # every test trains and resumes
+
 # Each strategy once, each format at least once.
 CASES = [
     ("random", "full_sentences"),

@@ -20,6 +20,8 @@ from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import train_state
 
+pytestmark = pytest.mark.slow  # every test trains and most resume
+
 
 def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
   config = tiny.get_config()

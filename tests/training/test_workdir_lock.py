@@ -75,6 +75,7 @@ def test_another_hosts_lock_is_taken_over_only_once_its_heartbeat_stops(tmp_path
     thread.join()
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_workdir_refuses(tmp_path, tokenizer_path):
   workdir = str(tmp_path / "run")
   command = [sys.executable, "-m", "mlmjax.main", "--config=configs/tiny.py",
