@@ -2,8 +2,7 @@
 
     python launch/make_colab_notebook.py
 
-The notebook test (in tests/project/) checks that the committed notebook is what this writes,
-and runs it.
+tests/project/test_notebook.py checks that the committed notebook is what this writes, and runs it.
 """
 
 import json

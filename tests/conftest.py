@@ -1,5 +1,11 @@
 """Test set-up: 8 fake CPU devices, set before anything imports jax, and one compilation
-cache for the session."""
+cache for the session.
+
+tests/<folder>/ holds the tests of mlmjax/<folder>/ (commands/: the top-level commands;
+project/: launch scripts, the notebook, packaging). The folders are packages, so two may hold
+files of the same name; tests/ itself is not, so that this file, storage_servers.py and
+synthetic_steps.py import by their bare names. `@pytest.mark.slow` marks the end-to-end tests;
+`python -m pytest -m "not slow"` is the fast tier, `python -m pytest` runs everything."""
 
 import atexit
 import os

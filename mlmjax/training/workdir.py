@@ -79,7 +79,7 @@ class Workdir:
 
   def make_writable(self) -> None:
     """Creates the folder and fails now, with the reason, rather than at the first save."""
-    if self.path.startswith("s3://"):  # everything else works there (the bucket tests)
+    if self.path.startswith("s3://"):  # all else works there (tests/training/test_buckets.py)
       raise errors.UserError(
           f"--workdir={self.path}: orbax-checkpoint 0.12 writes checkpoints only to local (or"
           " mounted) folders and gs://; use one of those for a training run's workdir")

@@ -1,0 +1,109 @@
+"""The command line, run as a user runs it: subprocesses from the repository root."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, user_env
+
+
+def _run(*args, timeout=300):
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=user_env(),
+                        capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_train_resume_and_predict(tmp_path, tokenizer_path):
+  workdir = str(tmp_path / "run")
+  common = ["mlmjax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
+            f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
+            "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
+            "--config.train.eval_batches=1", "--config.train.checkpoint_every_steps=4"]
+  first = _run(*common, "--config.train.steps=4")
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert "Starting from scratch" in first.stderr
+  assert "step 4/4 | loss" in first.stderr
+  assert "constant_baseline_accuracy" in first.stderr and "mask_token_accuracy" in first.stderr
+  for name in ("config.json", "tokenizer.model", "metrics.jsonl", "checkpoints/4"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  assert os.listdir(os.path.join(workdir, "tensorboard"))
+  rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert [r["step"] for r in rows if "loss" in r] == [2, 4]
+  assert [r["step"] for r in rows if "eval/mlm_accuracy" in r] == [4]
+
+  second = _run(*common, "--config.train.steps=6")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Resumed from checkpoint at step 4" in second.stderr
+  assert "step 6/6 | loss" in second.stderr
+  assert os.path.exists(os.path.join(workdir, "checkpoints/6"))
+
+  pred = _run("mlmjax.predict", f"--workdir={workdir}", "--top_k=3",
+              "In the beginning God created the [MASK] and the earth.")
+  assert pred.returncode == 0, pred.stderr[-3000:]
+  lines = pred.stdout.splitlines()
+  assert lines[0] == f"checkpoint step 6 of {workdir}"
+  assert lines[1] == "In the beginning God created the [MASK] and the earth."
+  assert lines[2].startswith("  [MASK] 1: ") and lines[2].count("(") == 3
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/tiny.py", "--config.train.stepz=3"],
+     "error: unknown config key 'stepz' (did you mean 'steps'?)"),
+    (["--config=configs/tiny.py", "--config.train.steps=many"],
+     "error: flag --config.train.steps=many: invalid literal for int() with base 10: 'many'"),
+    (["--config=configs/nosuch.py"],
+     "error: cannot load --config: [Errno 2] No such file or directory: 'configs/nosuch.py'"),
+])
+def test_cli_config_errors_are_one_line(tmp_path, args, message):
+  proc = _run("mlmjax.main", *args, f"--workdir={tmp_path}")
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == message
+  assert not os.listdir(tmp_path)  # nothing written
+
+
+@pytest.mark.slow
+def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
+  """A preset file with a size argument, plus strategy and format switches on the command line."""
+  workdir = str(tmp_path / "run")
+  proc = _run("mlmjax.main", "--config=configs/bert.py:tiny", f"--workdir={workdir}",
+              f"--config.tokenizer.path={tokenizer_path}", "--config.masking.strategy=span",
+              "--config.data.format=sop", "--config.train.phases=((0.5, 32, 5), (0.5, 64, 10))",
+              "--config.train.steps=4", "--config.train.batch_size=8",
+              "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
+              "--config.train.eval_batches=1", "--config.train.warmup_steps=1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "nsp_acc" in proc.stderr and "nsp_accuracy" in proc.stderr
+  assert "Phase 1 from step 2: seq_len 64, max_predictions 10" in proc.stderr
+  saved = json.load(open(os.path.join(workdir, "config.json")))
+  assert saved["masking"]["strategy"] == "span" and saved["data"]["format"] == "sop"
+
+
+def test_cli_bad_masking_value_is_one_line(tmp_path):
+  proc = _run("mlmjax.main", "--config=configs/tiny.py", f"--workdir={tmp_path}",
+              "--config.masking.strategy=spam", "--config.tokenizer.vocab_size=300")
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: masking.strategy='spam' is not one of random, whole_word, span, entity,"
+      " frequency, adaptive, mixture, static")
+  assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_bench_prints_its_numbers(tokenizer_path):
+  proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
+              "--loop_steps=10",
+              f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
+              "--config.train.batch_size=8")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result["config"] == "configs/tiny.py" and result["batch"] == 8
+  for key in ("parameters", "step_ms_median", "step_ms_min", "tokens_per_sec", "flops_per_step",
+              "model_tflops_per_sec", "matmul_peak_tflops_measured", "mfu_measured_peak",
+              "compile_s", "compiled_memory_bytes_per_device", "input_tokens_per_sec"):
+    assert 0 < result[key] < float("inf"), (key, result)
+  assert result["step_ms_min"] <= result["step_ms_median"]
+  assert 0 <= result["input_wait_fraction"] < 1
+  assert result["rated_peak_tflops"] is None  # a CPU has no datasheet peak

@@ -1,0 +1,134 @@
+"""`mlmjax.prepare` at corpus scale: progress with tokens/s, a kill resumed without redoing
+finished files into a byte-identical folder, and two hosts writing their parts into one bucket
+folder that training then reads."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import storage_servers
+from configs import tiny
+from conftest import REPO, user_env
+from mlmjax import prepare
+from mlmjax.data import paths
+from mlmjax.data import prepared
+
+NUM_FILES = 16
+
+
+@pytest.fixture(scope="module")
+def text_corpus(tmp_path_factory):
+  """~6,000 generated documents in two .txt files and a .jsonl.gz (deterministic)."""
+  import gzip  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("corpus")
+  rng = np.random.default_rng(0)
+  words = np.array("the of and to in a is that for it as was with be by on not he this are"
+                   " or his from at which but have an they you were her she there".split())
+
+  def doc():
+    return "\n".join(" ".join(rng.choice(words, rng.integers(5, 25))) + "."
+                     for _ in range(rng.integers(2, 12)))
+  for name in ("a.txt", "b.txt"):
+    (root / name).write_text("\n\n".join(doc() for _ in range(2500)))
+  (root / "c.jsonl.gz").write_bytes(gzip.compress(
+      "".join(json.dumps({"text": doc()}) + "\n" for _ in range(1200)).encode()))
+  return f"{root}/*.txt,{root}/*.jsonl.gz"
+
+
+@pytest.fixture(scope="module")
+def reference(text_corpus, tokenizer_path, tmp_path_factory):
+  """The corpus prepared uninterrupted, in this process."""
+  out = str(tmp_path_factory.mktemp("ref") / "out")
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  prepare.prepare(config, text_corpus, out, NUM_FILES, workers=0)
+  return out
+
+
+def _command(text_corpus, out, tokenizer_path, *extra):
+  return [sys.executable, "-m", "mlmjax.prepare", f"--source={text_corpus}", f"--out={out}",
+          "--config=configs/tiny.py", f"--config.tokenizer.path={tokenizer_path}",
+          f"--num_files={NUM_FILES}", *extra]
+
+
+def _same_folder(a: str, b: str) -> None:
+  names = paths.listdir(a)
+  assert names == paths.listdir(b)
+  for name in names:
+    assert paths.read_bytes(paths.join(a, name)) == paths.read_bytes(paths.join(b, name)), name
+
+
+@pytest.mark.slow
+def test_a_killed_preparation_resumes_byte_identical(text_corpus, tokenizer_path, reference,
+                                                    tmp_path):
+  out = str(tmp_path / "out")
+  proc = subprocess.Popen(_command(text_corpus, out, tokenizer_path, "--workers=1"), cwd=REPO,
+                          env=user_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          start_new_session=True)  # its worker too, for the kill below
+  state = os.path.join(out, ".prepare")
+  deadline = time.monotonic() + 300
+  done = []
+  while len(done) < 3 and time.monotonic() < deadline:
+    assert proc.poll() is None, "finished before it was killed: " + proc.stderr.read()[-2000:]
+    done = [n for n in os.listdir(state) if n.endswith(".array_record.json")] if (
+        os.path.isdir(state)) else []
+    time.sleep(0.01)
+  os.killpg(proc.pid, signal.SIGKILL)
+  proc.wait()
+  assert not os.path.exists(os.path.join(out, prepared.MANIFEST))
+  finished = {n[:-len(".json")]: os.stat(os.path.join(out, n[:-len(".json")])).st_mtime_ns
+              for n in os.listdir(state) if n.endswith(".array_record.json")}
+  assert len(finished) >= 3
+
+  again = subprocess.run(_command(text_corpus, out, tokenizer_path, "--workers=2"), cwd=REPO,
+                         env=user_env(), capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert f"Resuming: {len(finished)} of {2 * NUM_FILES} files are done already" in again.stderr
+  assert "tokens/s" in again.stderr and "Reusing tokenizer" in again.stderr
+  for name, mtime in finished.items():  # not written again
+    assert os.stat(os.path.join(out, name)).st_mtime_ns == mtime
+  _same_folder(out, reference)
+
+
+@pytest.mark.slow
+def test_two_hosts_prepare_into_one_bucket_folder(text_corpus, tokenizer_path, reference):
+  with storage_servers.fake_gcs() as gcs:
+    out = f"{gcs.make_bucket()}/prepared"
+    env = {**user_env(), **gcs.env}
+    procs = [subprocess.Popen(_command(text_corpus, out, tokenizer_path, "--workers=0",
+                                       "--num_hosts=2", f"--host_index={h}"),
+                              cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for h in (1, 0)]
+    logs = [p.communicate(timeout=300)[1] for p in procs]
+    for p, log in zip(procs, logs):
+      assert p.returncode == 0, log[-3000:]
+    assert "host 1 of 2: 16 files" in logs[0] and "host 0 of 2: 16 files" in logs[1]
+    _same_folder(out, reference)  # .prepare/ is gone with the last file
+
+    # Training reads it from the bucket as from a disk.
+    remote = prepared.open_source(f"prepared:{out}")
+    local = prepared.open_source(f"prepared:{reference}")
+    for split in prepared.SPLITS:
+      a, b = remote.split(split), local.split(split)
+      assert len(a) == len(b)
+      for i in (0, 1, len(a) // 2, len(a) - 1):
+        assert [s.tolist() for s in a.sentences(i)] == [s.tolist() for s in b.sentences(i)]
+
+
+def test_a_different_preparation_in_the_folder_is_refused(text_corpus, tokenizer_path, tmp_path):
+  out = str(tmp_path / "out")
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  os.makedirs(os.path.join(out, ".prepare"))
+  with open(os.path.join(out, ".prepare", "plan.json"), "w") as f:
+    f.write("{}")
+  with pytest.raises(Exception, match=r"holds an unfinished preparation with other settings"):
+    prepare.prepare(config, text_corpus, out, NUM_FILES, workers=0)
+  with pytest.raises(Exception, match=r"--host_index=2 must be in \[0, --num_hosts=2\)"):
+    prepare.prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2, host_index=2)

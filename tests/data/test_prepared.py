@@ -1,0 +1,167 @@
+"""Prepared data: `python -m mlmjax.prepare` (worker processes), the same batches as the raw
+text, only a process's own files opened, one-line refusals; a run resumed across raw/prepared
+and onto grain worker processes ends exactly as one that never stopped."""
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from configs import tiny
+from conftest import REPO, saved_state, user_env
+from mlmjax import errors
+from mlmjax import prepare
+from mlmjax.data import formats
+from mlmjax.data import pipeline
+from mlmjax.data import prepared
+from mlmjax.data import run_input as input_lib
+from mlmjax.data import tokenizer as tok_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+
+NUM_FILES = 8
+
+
+@pytest.fixture(scope="module")
+def kjv(tmp_path_factory, tokenizer_path):
+  """The built-in corpus prepared with the session tokenizer, as a user runs the command."""
+  out = str(tmp_path_factory.mktemp("prepared") / "kjv")
+  run = subprocess.run(
+      [sys.executable, "-m", "mlmjax.prepare", "--source=builtin", f"--out={out}",
+       "--config=configs/tiny.py", f"--config.tokenizer.path={tokenizer_path}", "--workers=2",
+       f"--num_files={NUM_FILES}"],
+      cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Tokenizing into 8 files per split with 2 worker processes" in run.stderr
+  assert "1189/1189" in run.stderr  # the progress bar reached every document
+  return out
+
+
+def _config(micro_config, source):
+  micro_config.data.source = source
+  return micro_config
+
+
+def _batches(config, tmp_path, name, train_batches=3):
+  run = workdir_lib.Workdir(str(tmp_path / name))
+  os.makedirs(run.path)
+  inp = input_lib.build(config, run.tokenizers, run.vocab_stats)
+  it = inp.train_iter(config)
+  return [next(it) for _ in range(train_batches)] + list(inp.eval_batches(config))
+
+
+def test_manifest_and_files(kjv, tokenizer_path):
+  manifest = json.load(open(os.path.join(kjv, prepared.MANIFEST)))
+  assert manifest["splits"]["train"]["documents"] == 1165
+  assert manifest["splits"]["eval"]["documents"] == 24
+  assert manifest["tokenizer"] == {
+      "fingerprint": prepared.fingerprint(tok_lib.Tokenizer.load(tokenizer_path)),
+      "vocab_size": 512}
+  assert manifest["id_dtype"] == "uint16" and manifest["num_files"] == NUM_FILES
+  names = sorted(os.listdir(kjv))
+  assert names == sorted([prepared.MANIFEST, prepared.TOKENIZERS["sentencepiece"], prepared.STATS] + [
+      prepared.file_name(s, f, NUM_FILES) for s in prepared.SPLITS for f in range(NUM_FILES)])
+
+
+@pytest.mark.parametrize("data_format", formats.FORMATS)
+def test_prepared_data_gives_the_same_batches_as_raw_text(kjv, micro_config, tmp_path,
+                                                          data_format):
+  micro_config.data.format = data_format
+  micro_config.masking.strategy = "static" if data_format == "sop" else "mixture"
+  micro_config.masking.mixture = "random=0.3,whole_word=0.3,span=0.4"
+  raw = _batches(_config(micro_config, "builtin"), tmp_path, "raw")
+  ready = _batches(_config(micro_config, f"prepared:{kjv}"), tmp_path, "prepared")
+  assert len(raw) == len(ready) == 3 + micro_config.train.eval_batches
+  for a, b in zip(raw, ready):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("data_format", ["full_sentences", "segment_pair"])
+def test_each_shard_opens_only_its_own_files(kjv, micro_config, make_masker, data_format):
+  """Shard 1 of 4 (what process 1 of 4 reads) opens only files 1 and 5 of 8, NSP negatives
+  included."""
+  config = _config(micro_config, f"prepared:{kjv}")
+  config.data.format, config.data.num_shards = data_format, 4
+  split = prepared.open_source(config.data.source).split("train")
+  tok = tok_lib.Tokenizer.load(config.tokenizer.path)
+  spec = pipeline.make_train_iter(config, tok, split, make_masker(config)).spec
+  it = pipeline.ShardedIterator(dataclasses.replace(spec, shards=(1,)))  # process 1's view
+  for _ in range(40):
+    next(it)
+  assert sorted(split._files) == [1, 5]  # pylint: disable=protected-access
+
+
+def test_a_run_refuses_what_the_data_does_not_fit(kjv, micro_config, tmp_path, corpus):
+  config = _config(micro_config, f"prepared:{kjv}")
+  run = workdir_lib.Workdir(str(tmp_path))
+
+  def error(config):
+    with pytest.raises(errors.UserError) as e:
+      input_lib.build(config, run.tokenizers, run.vocab_stats)
+    return str(e.value)
+
+  other = tok_lib.train_tokenizer(corpus[0][:100], 300, "unigram", 10_000)
+  other_path = str(tmp_path / "other.model")
+  other.save(other_path)
+  theirs, ours = prepared.fingerprint(other), json.load(
+      open(os.path.join(kjv, prepared.MANIFEST)))["tokenizer"]["fingerprint"]
+  config.tokenizer.path = other_path
+  assert error(config) == (
+      f"config.tokenizer.path={other_path!r} is not the tokenizer {kjv} was prepared with"
+      f" (fingerprint {theirs}, the data's {ours}): drop the setting to use the data's, or"
+      " prepare again with it")
+  config.tokenizer.path = ""
+  other.save(run.tokenizer)  # a workdir trained with another tokenizer
+  assert error(config) == (
+      f"{run.tokenizer} (this run's) is not the tokenizer {kjv} was prepared with (fingerprint"
+      f" {theirs}, the data's {ours}): prepare the data with"
+      f" --config.tokenizer.path={run.tokenizer}, or use a new --workdir")
+  config.data.eval_every_nth_document = 20
+  assert error(config).startswith("data.eval_every_nth_document=20, but")
+  config.data.eval_every_nth_document = 50
+  config.data.num_shards = 16
+  config.train.batch_size = 16
+  assert error(config).startswith(f"{kjv} has 8 files per split, which 16 data shards")
+  config.data.source = f"prepared:{tmp_path}/nothing"
+  assert error(config).startswith(f"config.data.source='prepared:{tmp_path}/nothing': no"
+                                  " directory")
+
+
+def test_prepare_refuses_bad_output_and_prepared_input(kjv, tmp_path):
+  config = tiny.get_config()
+  with pytest.raises(errors.UserError, match=f"--out={kjv} exists and is not an empty folder"):
+    prepare.prepare(config, "builtin", kjv)
+  with pytest.raises(errors.UserError, match="is prepared already"):
+    prepare.prepare(config, f"prepared:{kjv}", str(tmp_path / "again"))
+  assert not os.path.exists(tmp_path / "again")
+
+
+@pytest.mark.slow
+def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro_config,
+                                                                      tmp_path):
+  """8 steps from the text in this process; the same run stopped after step 4's checkpoint
+  and resumed from the prepared data with 2 grain worker processes and device prefetch ends
+  with the same parameters."""
+  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+  micro_config.data.source = "builtin"
+  train.train_and_evaluate(micro_config, straight)
+  shutil.copytree(straight, split)
+  shutil.rmtree(os.path.join(split, "checkpoints", "8"))  # as if it had stopped after step 4
+  micro_config.data.source = f"prepared:{kjv}"
+  micro_config.data.worker_count = 2
+  train.train_and_evaluate(micro_config, split)
+  a, b = saved_state(straight), saved_state(split)
+  assert int(a["step"]) == int(b["step"]) == 8
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_array_equal(x, y)
+  rows = [json.loads(line) for line in open(os.path.join(split, "metrics.jsonl"))]
+  waits = [r["input_wait_fraction"] for r in rows if "input_wait_fraction" in r]
+  assert len(waits) == 4 and all(0 <= w <= 1 for w in waits)

@@ -1,0 +1,204 @@
+"""Fine-tuning, evaluation and plots of a real (briefly) pretrained run: on 8 fake devices in
+this process, and through the commands as a user runs them (subprocesses, one device)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import tiny
+from conftest import REPO, user_env
+from mlmjax import errors
+from mlmjax.data import run_input as input_lib
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning import examples as examples_lib
+from mlmjax.finetuning import tasks
+from mlmjax.finetuning import trainer
+from mlmjax.models import special_ids
+from mlmjax.training import config_check
+from mlmjax.training import loop
+from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import train
+from mlmjax.training import workdir as workdir_lib
+
+pytestmark = pytest.mark.slow  # every test starts from a pretrained run; commands as subprocesses
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, tokenizer_path):
+  """A small model pretrained briefly on the built-in corpus at tiny.py's 30% mask rate."""
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  config.model.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
+  config.train.update(steps=100, batch_size=32, warmup_steps=20, eval_every_steps=100,
+                      checkpoint_every_steps=100, log_every_steps=50, eval_batches=2)
+  workdir = str(tmp_path_factory.mktemp("pretrained") / "run")
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def _finetune_config(**train):
+  config = finetune_config.get_config()
+  config.data.update(seq_len=64, max_train_examples=256)
+  config.train.update(epochs=2.0, learning_rate=1e-3, log_every_steps=4, **train)
+  return config
+
+
+def test_finetune_on_8_devices_from_the_checkpoint_and_from_random_init(pretrained, tmp_path):
+  """The machinery on 8 devices. Whether pretraining pays is measured on a real pretraining
+  run (README, "Fine-tuning"): a brief one in a test does not learn enough to show it."""
+  data = tasks.load("kjv_testament")
+  results = {init: trainer.finetune(_finetune_config(), pretrained, data, str(tmp_path / init),
+                                    random_init=init == "random")
+             for init in ("pretrained", "random")}
+  r, baseline = results["pretrained"], results["random"]
+  assert (r["pretrained_step"], r["init"]) == (100, "pretrained")
+  assert (baseline["pretrained_step"], baseline["init"]) == (None, "random")
+  assert r["dev"] != baseline["dev"]  # different encoders, same examples and head
+  assert (r["train_examples"], r["dev_examples"], r["steps"]) == (256, 314, 16)
+  assert set(r["dev"]) == {"loss", "accuracy", "f1", "matthews_corr"}
+  assert [h["step"] for h in r["dev_history"]] == [8, 16]  # after each epoch
+  assert r["dev_history"][-1] == {"step": 16, **r["dev"]}
+  assert r["dev_majority_class_accuracy"] == 0.5
+  out = workdir_lib.Workdir(str(tmp_path / "pretrained"))
+  assert json.load(open(out.results)) == r
+  logged = [row for row in metrics_lib.rows(out.metrics) if "loss" in row]
+  assert [row["step"] for row in logged] == [4, 8, 12, 16]
+  assert logged[-1]["loss"] < logged[0]["loss"]
+  assert open(out.curves, "rb").read(8) == PNG_SIGNATURE
+  # The same command on a finished run trains nothing and scores the same checkpoint.
+  again = trainer.finetune(_finetune_config(), pretrained, data, out.path)
+  assert again == r
+  with pytest.raises(errors.UserError, match="holds a fine-tuning run of kjv_testament"
+                     " \\(pretrained init from .*\\): give another --output_dir"):
+    trainer.finetune(_finetune_config(), pretrained, data, out.path, random_init=True)
+
+
+@pytest.mark.parametrize("policy,message", [
+    ("skip", "step 4: 4 non-finite steps in a row (more than train.max_consecutive_skips=3);"
+             " stopping"),
+    ("stop", "step 1: non-finite loss or gradients; the update was not applied and nothing"
+             " after the last checkpoint was saved (lower train.learning_rate, or set"
+             " train.nonfinite_policy='skip')")])
+def test_finetune_stops_on_nonfinite_steps_as_pretraining_does(pretrained, tmp_path,
+                                                                monkeypatch, policy, message):
+  """Every training batch is poisoned (NaN example weights): the shared non-finite policy
+  stops the run after train.max_consecutive_skips skipped steps, or at once with 'stop'."""
+  encode = examples_lib.encode
+
+  def poisoned(examples, tok, seq_len, split):
+    rows = encode(examples, tok, seq_len, split)
+    if split == "train":
+      rows["weights"] = np.full_like(rows["weights"], np.nan)
+    return rows
+  monkeypatch.setattr(examples_lib, "encode", poisoned)
+  config = _finetune_config(nonfinite_policy=policy, max_consecutive_skips=3,
+                            checkpoint_every_steps=2)
+  with pytest.raises(loop.NonFiniteError) as e:
+    trainer.finetune(config, pretrained, tasks.load("kjv_testament"), str(tmp_path / "out"))
+  assert str(e.value) == message
+  assert not os.path.exists(tmp_path / "out" / "checkpoints" / "4")  # the step that stopped
+
+
+def test_held_out_metrics_are_at_the_eval_mask_rate(pretrained):
+  """Training masked 30%; held-out batches mask eval.mask_rate (15%) of the maskable tokens."""
+  run = workdir_lib.Workdir(pretrained)
+  config = run.load_config()
+  assert (config.masking.mask_rate, config.eval.mask_rate) == (0.3, 0.15)
+  held_out = input_lib.held_out_config(config)
+  assert held_out.masking.max_predictions_per_seq == 9  # round(0.15 * 62)
+  run_input = input_lib.held_out_input(config, run.tokenizer, run.vocab_stats)
+  masked = maskable = 0
+  for batch in run_input.eval_batches(config):
+    masked += batch["masked_weights"].sum()
+    specials = (special_ids.CLS_ID, special_ids.SEP_ID)  # ([MASK] inputs were maskable)
+    maskable += ((batch["segment_ids"] > 0) & ~np.isin(batch["input_ids"], specials)).sum()
+  assert 0.14 < masked / maskable < 0.16, masked / maskable
+  config.eval.mask_rate = 1.0
+  with pytest.raises(errors.ConfigError, match="eval.mask_rate=1.0 must be strictly between 0"
+                     " and 1"):
+    config_check.check(config)
+
+
+def test_finetune_config_rules(pretrained):
+  pre = workdir_lib.Workdir(pretrained).load_config()
+  config = _finetune_config()
+  config.data.seq_len = 200
+  with pytest.raises(errors.ConfigError, match="data.seq_len=200 must be between 5 and the"
+                     " pretrained model's max_position_embeddings=128"):
+    config_check.check_finetune(config, pre)
+  config = _finetune_config(batch_size=12)
+  with pytest.raises(errors.ConfigError, match="train.batch_size=12 must be divisible by"):
+    config_check.check_finetune(config, pre)  # 8 devices
+
+
+def _run(*args, stdin=None):
+  return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=user_env(),
+                        capture_output=True, text=True, timeout=300, input=stdin)
+
+
+def test_evaluate_finetune_plot_and_tokenizer_commands(pretrained, tmp_path):
+  proc = _run("mlmjax.evaluate", f"--workdir={pretrained}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads(proc.stdout)
+  assert (out["step"], out["mask_rate"], out["documents"], out["batches"]) == (100, 0.15, 24, 2)
+  assert out["perplexity"] == pytest.approx(np.exp(out["loss"]))
+  assert out["mlm_accuracy"] > out["constant_baseline_accuracy"] > 0
+
+  # Your own sentence-pair task from files (string labels), through the command.
+  for split, verses in (("train", range(0, 40)), ("dev", range(40, 56))):
+    rows = ["first,second,relation"] + [
+        f'"Verse {i}, said he",Verse {i + 1},{"next" if i % 2 else "other"}' for i in verses]
+    (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
+  proc = _run("mlmjax.finetune", f"--workdir={pretrained}", "--task=pairs",
+              f"--train_file={tmp_path}/train.csv", f"--dev_file={tmp_path}/dev.csv",
+              "--text_fields=first,second", "--label_field=relation",
+              "--config.data.seq_len=32", "--config.train.epochs=1", "--config.train.batch_size=8")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads(proc.stdout)
+  output = workdir_lib.Workdir(pretrained).finetune("pairs")
+  assert results["output_dir"] == output.path and results["label_names"] == ["next", "other"]
+  assert json.load(open(output.results)) == results
+  assert (results["steps"], results["dev_examples"]) == (5, 16)
+
+  proc = _run("mlmjax.finetune", f"--workdir={pretrained}", "--task=glue/sst")
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown --task='glue/sst': use"
+                                                         " one of kjv_testament, kjv_next_verse")
+
+  # Two runs overlaid: a PNG a person can read (look at it: tests cannot).
+  png = tmp_path / "both.png"
+  proc = _run("mlmjax.plot", f"--workdir={pretrained}", output.path, f"--out={png}")
+  assert proc.returncode == 0 and proc.stdout.strip() == str(png), proc.stderr[-3000:]
+  assert png.read_bytes()[:8] == PNG_SIGNATURE and png.stat().st_size > 20_000
+  assert open(os.path.join(pretrained, "curves.png"), "rb").read(8) == PNG_SIGNATURE  # training's
+  proc = _run("mlmjax.plot", f"--workdir={tmp_path}")
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == (f"error: {tmp_path} holds no metrics ({tmp_path}/metrics.jsonl"
+                                 " does not exist)")
+
+
+def test_tokenizer_command(tmp_path):
+  model = tmp_path / "tok.model"
+  proc = _run("mlmjax.tokenizer", "train", f"--output={model}", "--vocab_size=300",
+              "--max_sentences=2000")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.strip() == f"{model}: 300 pieces"
+  tok = tokenizer_lib.Tokenizer.load(str(model))
+  text = "In the beginning God created the heaven and the earth."
+  proc = _run("mlmjax.tokenizer", "encode", f"--tokenizer={model}", text, "Amen.")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.splitlines() == [" ".join(map(str, ids)) for ids in
+                                      tok.encode([text, "Amen."])]
+  proc = _run("mlmjax.tokenizer", "encode", f"--tokenizer={model}", "--pieces", stdin=text)
+  assert proc.stdout.splitlines() == [" ".join(tok.id_to_piece(i) for i in tok.encode([text])[0])]
+  assert tok.decode(tok.encode([text])[0]) == text
+  proc = _run("mlmjax.tokenizer", "encode", text)
+  assert (proc.returncode, proc.stderr.strip()) == (
+      1, "error: encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")

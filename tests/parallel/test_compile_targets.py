@@ -1,0 +1,159 @@
+"""Compiling for TPU slices and GPU nodes from this CPU machine (parallel/targets.py,
+training/aot.py, mlmjax.compile): the real steps, the TPU/GPU compilers, no accelerator.
+
+The CPU tests can run the Pallas kernels only in interpret mode on one device, where nothing
+is partitioned: only the target's compiler shows whether a kernel runs on a multi-device mesh
+(before the kernels ran under shard_map, lowering for any TPU mesh of more than one chip
+raised "Mosaic kernels cannot be automatically partitioned").
+"""
+
+import json
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from configs import tiny
+from conftest import REPO, user_env
+from mlmjax import errors
+from mlmjax.models import attention
+from mlmjax.models import compile_target
+from mlmjax.parallel import hlo
+from mlmjax.parallel import sharding
+from mlmjax.parallel import targets
+from mlmjax.training import aot
+from mlmjax.training import train_state
+
+def _config(**model):
+  """tiny (2 of its layers: half the compile time) at a length the TPU kernel takes (multiples
+  of 128), as a user would override it."""
+  config = tiny.get_config()
+  config.model.num_layers = 2
+  config.data.seq_len = 128
+  config.model.max_position_embeddings = 128
+  config.masking.max_predictions_per_seq = 38  # 30% of 126 maskable tokens
+  config.model.update(model)
+  return config
+
+
+def _abstract_params(config, target):
+  mesh = sharding.make_mesh(config.mesh, target.devices)
+  return train_state.make_setup(config, aot.vocab_size(config), mesh).abstract_state["params"]
+
+
+def test_target_names():
+  for name, chips, kind in [("v4-8", 4, "TPU v4"), ("v5p-8", 4, "TPU v5"),
+                            ("v5p-128", 64, "TPU v5"), ("v5litepod-16", 16, "TPU v5 lite"),
+                            ("v6e-8", 8, "TPU v6 lite"), ("2xv5p-64", 64, "TPU v5")]:
+    t = targets.get(name)
+    assert (len(t.devices), t.device_kind, t.platform) == (chips, kind, "tpu"), name
+  assert targets.get("2xv5p-64").num_slices == 2
+  # Only `data` spans the slices (the data-center network): each data index is one slice.
+  two = sharding.make_mesh(ml_collections.ConfigDict({"shape": (2, -1, 1)}),
+                           targets.get("2xv5p-64").devices)
+  assert dict(two.shape) == {"data": 2, "fsdp": 32, "tensor": 1}
+  assert [{d.slice_index for d in two.devices[i].flat} for i in (0, 1)] == [{0}, {1}]
+  with pytest.raises(errors.ConfigError, match="multiple of the 2 slices"):
+    sharding.make_mesh(ml_collections.ConfigDict({"shape": (1, -1, 1)}),
+                       targets.get("2xv5p-64").devices)
+  assert targets.get("v5litepod-16").hbm_bytes == 16 * 2**30
+  for bad in ("v5p-7", "v7x-8", "h100"):
+    with pytest.raises(errors.UserError, match=r"unknown target .* use v4-N, v5p-N"):
+      targets.get(bad)
+
+
+# Per-device bytes (arguments + outputs - aliased + temporaries + generated code) of tiny at
+# seq 128 (2 layers) as compiled by libtpu 0.0.42.1 (jax 0.10.2); a change of more than 10% is
+# a change in what the step keeps, to look at.
+_MEMORY = {("v5p-8", "train"): 47_141_600, ("v5p-8", "eval"): 14_298_816,
+           ("v5litepod-16", "train"): 19_070_464, ("v5litepod-16", "eval"): 6_132_736}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,mesh", [("v5p-8", (-1, 1, 1)), ("v5litepod-16", (2, -1, 1))])
+def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
+  """`auto` is splash on TPU (training too, with attention dropout 0); it must be in both
+  programs, no all-gather may be bigger than one parameter (no whole-model gather), and the
+  memory per chip stays where it was. With FSDP (v5litepod-16: data 2 x fsdp 8) the gradients
+  of the blocks come back reduce-scattered."""
+  target = targets.get(name)
+  config = _config()
+  config.mesh.shape = mesh
+  tree = _abstract_params(config, target)
+  biggest = max(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+  matrices = sum(1 for x in jax.tree.leaves(tree["blocks"])  # stored sharded over fsdp
+                 if x.ndim >= 2 and "fsdp" in jax.tree.leaves(tuple(x.sharding.spec)))
+  for step in aot.compile_steps(config, target):
+    r = step.report
+    assert r["attention_kernels"] == ["splash"], r
+    assert r["dtype"] == "bfloat16" and r["devices"] == len(target.devices) and r["fits"]
+    assert hlo.largest(step.hlo_text, "all-gather") <= biggest
+    if r["step"] == "train" and r["mesh"]["fsdp"] > 1:
+      # Every weight matrix of the blocks (the bulk of a model); before, none was.
+      reduce_scatters = r["collectives"].get("reduce-scatter", {}).get("count", 0)
+      assert reduce_scatters >= matrices, r["collectives"]
+    want = _MEMORY[(name, r["step"])]
+    assert abs(r["memory_bytes"]["total"] - want) <= 0.1 * want, (r["memory_bytes"], want)
+
+
+@pytest.mark.slow
+def test_pallas_gpu_kernel_compiles_on_eight_h100():
+  """The command, as a user runs it: this process started jax without the CUDA plugin (no GPU
+  here, parallel/plugins.py), the command loads it for its GPU target, and says nothing of
+  the CUDA driver this machine lacks."""
+  overrides = ["--config.model.num_layers=2", "--config.data.seq_len=128",
+               "--config.model.max_position_embeddings=128",
+               "--config.masking.max_predictions_per_seq=38",
+               "--config.model.attention_impl=pallas_gpu"]
+  out = subprocess.run(
+      [sys.executable, "-m", "mlmjax.compile", "--config=configs/tiny.py", "--target=h100x8",
+       *overrides], cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=600,
+      check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stderr == ""
+  reports = [json.loads(line) for line in out.stdout.splitlines()]
+  assert [r["step"] for r in reports] == ["train", "eval"]
+  for r in reports:
+    assert r["attention_kernels"] == ["pallas_gpu"], r
+    assert r["device"] == "NVIDIA H100 80GB HBM3" and r["devices"] == 8 and r["fits"]
+
+
+def test_sharded_splash_matches_the_reference_on_eight_devices():
+  """The shard_map around the kernel (rows over data x fsdp, heads over tensor) computes the
+  same attention as the einsum oracle: run here in interpret mode on 8 CPU devices."""
+  mesh = jax.make_mesh((2, 2, 2), sharding.MESH_AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  rng = np.random.default_rng(0)
+  q, k, v = (jnp.asarray(rng.normal(size=(4, 128, 2, 16)), jnp.float32) for _ in range(3))
+  seg = np.ones((4, 128), np.int32)
+  seg[0, 60:] = 2
+  seg[1, 100:] = 0
+  seg = jnp.asarray(seg)
+
+  @jax.jit
+  def sharded(q, k, v, seg):
+    with compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",)):
+      return attention.attend(q, k, v, seg, "splash", interpret=True, window=32, local=True)
+
+  got = sharded(q, k, v, seg)
+  want = attention.reference(q, k, v, seg, window=32, local=True)
+  real = np.asarray(seg > 0)[:, :, None, None]
+  np.testing.assert_allclose(np.where(real, got, 0), np.where(real, want, 0), atol=2e-5)
+
+
+@pytest.mark.slow
+def test_a_config_too_big_for_the_chip_is_one_line():
+  """The command, as a user runs it: 65,536 rows on one v5e chip (16 GiB) cannot fit."""
+  out = subprocess.run(
+      [sys.executable, "-m", "mlmjax.compile", "--config=configs/tiny.py",
+       "--target=v5litepod-1", "--config.train.batch_size=65536", "--config.model.num_layers=2"],
+      cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300, check=False)
+  assert out.returncode == 1 and out.stdout == "", out
+  line = out.stderr.strip().splitlines()[-1]
+  assert line.startswith("error: the train step needs "), out.stderr[-2000:]
+  assert "on v5litepod-1 (TPU v5 lite, 16.00 GiB per device" in line and "GiB over" in line
+  assert "Traceback" not in out.stderr
