@@ -113,3 +113,34 @@ def latest_step(workdir):
     return ckpt.latest_step()
   finally:
     ckpt.close()
+
+
+class FakeClock:
+  """The workdir lock's clock in tests: `sleep` advances `now` at once and then runs
+  `on_sleep()`, what the rest of the world does meanwhile; nothing waits for real time, so a
+  loaded machine changes no outcome. Everything else is the real `time` module."""
+
+  def __init__(self):
+    self.now = 0.0
+    self.on_sleep = lambda: None
+
+  def monotonic(self) -> float:
+    return self.now
+
+  def sleep(self, seconds: float) -> None:
+    self.now += seconds
+    self.on_sleep()
+
+  def __getattr__(self, name):
+    import time  # pylint: disable=g-import-not-at-top
+    return getattr(time, name)
+
+
+@pytest.fixture
+def lock_clock(monkeypatch):
+  """A FakeClock in place of the time module of training/workdir_lock.py (its heartbeat thread
+  waits on an Event, in real time, untouched)."""
+  from mlmjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
+  clock = FakeClock()
+  monkeypatch.setattr(workdir_lock, "time", clock)
+  return clock

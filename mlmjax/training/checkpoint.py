@@ -75,6 +75,8 @@ class Checkpointer:
 
   def __init__(self, directory: str, quarantine: str, max_to_keep: int):
     self.directory, self._quarantine = directory, quarantine
+    self._in_flight: int | None = None  # the step of the last save started (maybe unfinished)
+    self._write_failed = False
     self.manager = ocp.CheckpointManager(
         directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True))
@@ -129,14 +131,29 @@ class Checkpointer:
             "data": ocp.args.JsonSave(data_iter.global_state())}
     if jax.tree.leaves(host):  # orbax refuses an empty tree
       args["host"] = ocp.args.StandardSave(host)
+    # orbax.save first waits for the previous save, whose write errors surface there: waiting
+    # here (no later than orbax would) names the checkpoint that failed, not this one.
+    with self._write_errors(self._in_flight):
+      self.manager.wait_until_finished()
+    self._in_flight = step
     with self._write_errors(step):
       self.manager.save(step, args=ocp.args.Composite(**args), force=True)
 
   def close(self) -> None:
-    """Waits for pending writes; a run must not exit with a save half-done."""
-    with self._write_errors(None):
-      self.manager.wait_until_finished()
-    self.manager.close()
+    """Waits for pending writes; a run must not exit with a save half-done. Once a write error
+    was raised, the run is ending on it: orbax raising the same failed save again while closing
+    must not replace that one clear line with a traceback."""
+    failed_before = self._write_failed
+    try:
+      with self._write_errors(self._in_flight):
+        try:
+          self.manager.wait_until_finished()
+        finally:
+          self.manager.close()
+    except CheckpointWriteError as e:
+      if not failed_before:
+        raise
+      logging.warning("While closing the checkpointer after a failed write: %s", e.__cause__)
 
   def _check_compatible(self, step: int, abstract_state) -> None:
     """A checkpoint of another model is a config problem, not damage: say so, touch nothing."""
@@ -195,6 +212,7 @@ class Checkpointer:
       what = "a checkpoint" if step is None else f"checkpoint {step}"
       kept = self.manager.all_steps()
       resume = f"step {max(kept)}" if kept else "the start"
+      self._write_failed = True
       raise CheckpointWriteError(
           f"could not write {what} in {self.directory} ({os_error.strerror or os_error}); the"
           f" complete checkpoints are intact: fix this and run the same command again to"

@@ -492,14 +492,18 @@ def test_unigram_replacement_follows_counts():
 
 # ------------------------------------------------------------------------------------ mixture
 
-def _component_of_each_row(out, refs):
-  """Which single-strategy output each row of a mixture's output equals (-1: none)."""
-  choice = np.full(len(out["input_ids"]), -1)
-  for i, ref in enumerate(refs):
-    same = np.all(out["masked_positions"] == ref["masked_positions"], axis=1) & np.all(
-        out["input_ids"] == ref["input_ids"], axis=1)
-    choice[same & (choice < 0)] = i
-  return choice
+def _matches(out, refs):
+  """[R, K]: whether row r of a mixture's output is exactly what strategy k alone makes."""
+  return np.stack([np.all(out["masked_positions"] == ref["masked_positions"], axis=1)
+                   & np.all(out["input_ids"] == ref["input_ids"], axis=1) for ref in refs], 1)
+
+
+def _component_of_each_row(out, refs, unique=False):
+  """Which single-strategy output each row of a mixture's output equals: the first that
+  matches (-1: none; with `unique`, also -1 where several match)."""
+  match = _matches(out, refs)
+  ok = match.sum(1) == 1 if unique else match.any(1)
+  return np.where(ok, match.argmax(1), -1)
 
 
 def test_mixture_proportions_and_components(stats, packed):
@@ -518,11 +522,43 @@ def test_mixture_proportions_and_components(stats, packed):
   assert np.all(np.abs(counts / n - p) < 5 * np.sqrt(p * (1 - p) / n)), (counts / n, p)
 
 
-def test_mixture_of_every_other_strategy(stats, packed, gazetteer):
-  spec = ",".join(f"{s}=1" for s in ALL if s != "mixture")
-  m = _masker(stats, gazetteer, strategy="mixture", mixture=spec)
-  out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))
-  assert np.all(out["masked_weights"].sum(1) <= P)
+def test_mixture_of_every_other_strategy(tok, stats, packed):
+  """Every base and composite strategy can be a component: the mixture draws each one about
+  equally often, and a row drawn for a component is masked exactly as that strategy alone
+  masks it, at that strategy's budget."""
+  names = [s for s in ALL if s != "mixture"]
+  table = np.ones(len(stats.counts))
+  table[::2] = 0.0  # adaptive with a table (never even ids): not the same masks as `random`
+  # Entities in every row (else `entity` masks a row exactly as `random` does).
+  gazetteer = entities.Gazetteer([np.asarray(x, np.int32) for x in tok.encode(["and", "of"])])
+  kw = dict(token_weights=lambda step: table)
+  m = _masker(stats, gazetteer, strategy="mixture", mixture=",".join(f"{s}=1" for s in names),
+              **kw)
+  ex = np.arange(ROWS)
+  budget = _budget(packed)
+  drawn = np.zeros(len(names))
+  steps = 4
+  for step in range(steps):
+    out = m(packed, seed=0, step=step, example_ids=ex)
+    refs = [_masker(stats, gazetteer, strategy=n, **kw)(packed, seed=0, step=step,
+                                                         example_ids=ex) for n in names]
+    assert np.all(_matches(out, refs).any(1)), "a row masked as no component masks it"
+    choice = _component_of_each_row(out, refs, unique=True)  # a few rows match two: left out
+    drawn += np.bincount(choice[choice >= 0], minlength=len(names))
+    count = out["masked_weights"].sum(1)
+    for i, n in enumerate(names):
+      rows = choice == i
+      got, want = count[rows], budget[rows]
+      if n in ("random", "span", "frequency", "adaptive"):
+        np.testing.assert_array_equal(got, want, err_msg=n)
+      else:  # whole units that do not fit are skipped; static budgets are per sequence
+        assert np.all(got <= P) and got.sum() >= 0.97 * want.sum(), (n, got.sum(), want.sum())
+      if n == "adaptive":  # the weight table reaches the component
+        assert np.all(out["masked_ids"][rows][out["masked_weights"][rows] > 0] % 2 == 1)
+  # Drawn with equal weights: each component's share within 5 standard deviations of 1/K.
+  n_rows, p = steps * ROWS, 1 / len(names)
+  shares = drawn / n_rows
+  assert np.all(np.abs(shares - p) < 5 * np.sqrt(p * (1 - p) / n_rows)), dict(zip(names, shares))
 
 
 # ------------------------------------------------------------------------------------ static

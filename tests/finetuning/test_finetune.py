@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from configs import tiny
-from conftest import REPO, user_env
+from conftest import REPO, saved_state, user_env
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tokenizer_lib
@@ -18,6 +20,7 @@ from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
+from mlmjax.models import param_names
 from mlmjax.models import special_ids
 from mlmjax.training import config_check
 from mlmjax.training import loop
@@ -78,6 +81,37 @@ def test_finetune_on_8_devices_from_the_checkpoint_and_from_random_init(pretrain
   with pytest.raises(errors.UserError, match="holds a fine-tuning run of kjv_testament"
                      " \\(pretrained init from .*\\): give another --output_dir"):
     trainer.finetune(_finetune_config(), pretrained, data, out.path, random_init=True)
+
+
+def _flat(tree) -> dict[str, np.ndarray]:
+  """{'blocks/0/mlp_in/kernel': array}, however the tree spells its layer indices."""
+  return {param_names.param_name(param_names.path_keys(path)): np.asarray(leaf)
+          for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def test_finetuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
+  """At learning rate 0 no step moves a parameter, so the fine-tuned run's encoder is exactly
+  what it started from: it must be the pretrained checkpoint's parameters, every one of them (a
+  loader that initialised at random, or loaded only part of the tree, fails here). The random
+  baseline, built with the same seed as pretraining's init, starts elsewhere in every
+  parameter pretraining trained."""
+  encoders = {}
+  for init in ("pretrained", "random"):
+    config = _finetune_config()
+    config.train.update(learning_rate=0.0, epochs=32 / 256)  # one step of batch 32
+    out = workdir_lib.Workdir(str(tmp_path / init))
+    r = trainer.finetune(config, pretrained, tasks.load("kjv_testament"), out.path,
+                         random_init=init == "random")
+    assert r["steps"] == 1
+    state = ocp.StandardCheckpointer().restore(os.path.join(out.checkpoints, "1", "state"))
+    encoders[init] = _flat(state["params"]["encoder"])
+  loaded = _flat(saved_state(pretrained)["params"])
+  assert encoders["pretrained"].keys() == loaded.keys()
+  for name, value in loaded.items():
+    np.testing.assert_array_equal(encoders["pretrained"][name], value, err_msg=name)
+  assert encoders["random"].keys() == loaded.keys()
+  same = {k for k, v in loaded.items() if np.array_equal(encoders["random"][k], v)}
+  assert same == {"type_embedding"}  # read by pair formats only: pretraining never moved it
 
 
 @pytest.mark.parametrize("policy,message", [

@@ -292,7 +292,9 @@ def _worker(env, *args):
   return subprocess.run([WORKER, *args], env=env, capture_output=True, text=True, timeout=30)
 
 
-def _wait_for(predicate, timeout=10.0):
+def _wait_for(predicate, timeout=120.0):
+  """Polls until `predicate` holds; the deadline only bounds a hang (a loaded machine may take
+  seconds to start a process)."""
   end = time.monotonic() + timeout
   while time.monotonic() < end:
     if predicate():

@@ -2,12 +2,16 @@
 
 import errno
 import hashlib
+import logging
 import os
+import types
 
-import orbax.checkpoint as ocp
+from etils import epath
+import jax
+import numpy as np
 import pytest
 
-from conftest import latest_step
+from conftest import latest_step, saved_state
 from mlmjax import errors
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.training import checkpoint
@@ -129,27 +133,88 @@ def test_unwritable_workdir(tmp_path, micro_config):
   assert str(e.value) == f"cannot write to --workdir={blocker / 'run'}: Not a directory"
 
 
-def test_disk_full_during_a_save_keeps_earlier_checkpoints(trained, micro_config, monkeypatch):
-  workdir, before = trained
-  real_save = ocp.CheckpointManager.save
+ROOM = 20_000  # bytes left on the disk that fills up
 
-  def full_disk(self, step, *args, **kwargs):
-    if step == 6:
+
+class _FullDisk:
+  """A file on a disk that fills up: the bytes that still fit are written, then ENOSPC."""
+
+  def __init__(self, file, disk):
+    self._file, self._disk = file, disk
+
+  def write(self, data):
+    fits = data[:self._disk.room]
+    self._disk.room -= len(fits)
+    self._file.write(fits)
+    self._file.flush()
+    if len(fits) < len(data):
+      self._disk.failures += 1
       raise OSError(errno.ENOSPC, "No space left on device")
-    return real_save(self, step, *args, **kwargs)
+    return len(data)
 
-  monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk)
+  def __getattr__(self, name):
+    return getattr(self._file, name)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self._file.close()
+
+
+@pytest.fixture
+def disk_fills_during_save(monkeypatch):
+  """-> set `.under` to a path prefix: from then on, the files orbax's real save opens for
+  writing there (its JSON and metadata files; tensorstore writes the arrays itself, unhindered)
+  share `room` bytes, then fail with ENOSPC, as on a disk that fills up in the middle of a save.
+  `free()`: space freed."""
+  path_class = type(epath.Path("/"))
+  real_open = path_class.open
+  disk = types.SimpleNamespace(under=None, room=ROOM, failures=0)
+
+  def open_on_disk(self, mode="r", *args, **kwargs):
+    f = real_open(self, mode, *args, **kwargs)
+    if disk.under and str(self).startswith(disk.under) and any(c in mode for c in "wax+"):
+      return _FullDisk(f, disk)
+    return f
+  monkeypatch.setattr(path_class, "open", open_on_disk)
+  disk.free = lambda: monkeypatch.setattr(path_class, "open", real_open)
+  return disk
+
+
+def test_disk_full_during_a_save_keeps_earlier_checkpoints(trained, micro_config,
+                                                           disk_fills_during_save, caplog):
+  """The disk fills up while checkpoint 6 is being written (orbax's asynchronous save is under
+  way; its metadata files run out of space partway): one clear line names checkpoint 6,
+  checkpoint 4 still restores as it was, and once space is freed the same command resumes from
+  step 4."""
+  workdir, before = trained
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  state_4 = saved_state(workdir)
+  disk_fills_during_save.under = os.path.join(ckpt_dir, "6.")  # 6's temporary folder
   micro_config.train.steps = 8
   micro_config.train.checkpoint_every_steps = 2
   with pytest.raises(checkpoint.CheckpointWriteError) as e:
     train.train_and_evaluate(micro_config, workdir)
-  ckpt_dir = os.path.join(workdir, "checkpoints")
   assert str(e.value) == (
       f"could not write checkpoint 6 in {ckpt_dir} (No space left on device); the complete"
       " checkpoints are intact: fix this and run the same command again to resume from step 4")
-  # Everything saved before is untouched (config.json now holds the new run's settings).
+  # The save had really begun: all the room left went to checkpoint 6's files, in its
+  # half-written folder, before the writes failed.
+  assert disk_fills_during_save.failures > 0 and disk_fills_during_save.room == 0
+  (partial,) = [d for d in os.listdir(ckpt_dir) if d.startswith("6.")]
+  assert latest_step(workdir) == 4
+  # Everything saved before is untouched (config.json now holds the new run's settings), and
+  # checkpoint 4 restores to the same state.
   after = _snapshot(workdir)
   assert all(after[k] == v for k, v in before.items() if k != "config.json")
-  monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)  # space freed
-  train.train_and_evaluate(micro_config, workdir)
-  assert latest_step(workdir) == 8
+  restored = saved_state(workdir, 4)
+  assert jax.tree.structure(restored) == jax.tree.structure(state_4)
+  for x, y in zip(jax.tree.leaves(restored), jax.tree.leaves(state_4)):
+    np.testing.assert_array_equal(x, y)
+  disk_fills_during_save.free()
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(micro_config, workdir)
+  assert f"Resumed from checkpoint at step 4 in {ckpt_dir}" in caplog.text
+  assert latest_step(workdir) == 8 and not os.path.exists(os.path.join(ckpt_dir, partial))
+

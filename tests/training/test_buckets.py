@@ -3,6 +3,7 @@ the path layer, the workdir lease, and a two-process run in a gs:// workdir that
 and restarted and ends bit-identical to an uninterrupted run."""
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -82,51 +83,77 @@ def _lock(workdir, **kw):
   return workdir_lock.WorkdirLock(paths.join(workdir, "lock"), workdir, **kw)
 
 
+def _lease(workdir) -> dict:
+  """The lease's record, read in one request (a file read of an object its holder replaces
+  meanwhile fails in s3fs with FileExpired)."""
+  return json.loads(paths.read_versioned(f"{workdir}/lock")[0])
+
+
+def _until(predicate, what, timeout_s=120.0):
+  """Polls `predicate` until it holds; the deadline only bounds a hang."""
+  deadline = time.monotonic() + timeout_s
+  while not predicate():
+    assert time.monotonic() < deadline, f"still not {what} after {timeout_s:.0f} s"
+    time.sleep(0.05)
+
+
 def test_the_lease_refuses_a_second_trainer_and_is_released(bucket):
   workdir = f"{bucket}/run"
   with _lock(workdir, heartbeat_s=0.2):
-    held = json.loads(paths.read_text(f"{workdir}/lock"))
+    held = _lease(workdir)
     with pytest.raises(workdir_lock.WorkdirBusyError) as e:
       with _lock(workdir):
         pass
     assert str(e.value) == (
         f"--workdir={workdir} is in use by another trainer (host {socket.gethostname()}, pid"
         f" {os.getpid()}, since {held['started']}); stop it first, or use another --workdir")
-    time.sleep(0.6)  # renewed meanwhile
-    assert json.loads(paths.read_text(f"{workdir}/lock"))["heartbeat"] >= 2
+    _until(lambda: _lease(workdir)["heartbeat"] >= 2, "renewed twice")
+    assert _lease(workdir)["token"] == held["token"]  # renewed by its holder, not replaced
   assert not paths.exists(f"{workdir}/lock")
   with _lock(workdir):  # free again
     pass
 
 
-def test_a_stale_lease_is_taken_over_and_its_old_holder_learns_it(bucket):
+def test_a_stale_lease_is_taken_over_and_its_old_holder_learns_it(bucket, lock_clock):
+  """Watched on a fake clock (conftest.FakeClock), so that a slow store changes nothing."""
   workdir = f"{bucket}/run"
-  paths.write_if(f"{workdir}/lock", json.dumps(
-      {"host": "node-that-died", "pid": 1, "token": "x", "heartbeat": 0,
-       "started": "earlier"}).encode(), None)
-  t = time.monotonic()
-  with _lock(workdir, stale_s=1.0) as lock:  # nothing moves within 1 s: taken over
-    assert time.monotonic() - t < 10
-    record = json.loads(paths.read_text(f"{workdir}/lock"))
+  dead = json.dumps({"host": "node-that-died", "pid": 1, "token": "x", "heartbeat": 0,
+                     "started": "earlier"}).encode()
+  dead_version = paths.write_if(f"{workdir}/lock", dead, None)
+  with _lock(workdir, stale_s=30.0) as lock:  # nothing moves: taken over...
+    record = _lease(workdir)
     assert record["host"] == socket.gethostname()
     assert record["token"] == lock._me["token"]  # pylint: disable=protected-access
+    # ...and the old holder learns it: its renewal, conditional on its version, is refused.
+    assert paths.write_if(f"{workdir}/lock", dead, dead_version) is None
+    assert _lease(workdir)["token"] == record["token"]
+  assert lock_clock.now >= 30.0  # ...but only after watching it for the whole 30 s
 
-  # A live holder elsewhere keeps renewing: the lease is not taken.
+
+def test_a_live_holders_lease_is_not_taken(bucket):
+  """A holder elsewhere that keeps renewing (its real heartbeat thread): the watcher refuses as
+  soon as the lease moves; its long stale_s only bounds a broken renewal."""
+  workdir = f"{bucket}/run"
   other = _lock(workdir, heartbeat_s=0.2)
   other._me["host"] = "node-alive"  # pylint: disable=protected-access
   with other:
     with pytest.raises(workdir_lock.WorkdirBusyError, match="host node-alive"):
-      with _lock(workdir, stale_s=1.5):
+      with _lock(workdir, stale_s=120.0):
         pass
+    assert _lease(workdir)["host"] == "node-alive"
 
 
-def test_a_holder_whose_lease_was_taken_stops_renewing_it(bucket):
+def test_a_holder_whose_lease_was_taken_stops_renewing_it(bucket, caplog):
   workdir = f"{bucket}/run"
   lock = _lock(workdir, heartbeat_s=0.2)
-  with lock:
+  with caplog.at_level(logging.ERROR), lock:
     got = paths.read_versioned(f"{workdir}/lock")
     assert paths.write_if(f"{workdir}/lock", b'{"token": "thief"}', got[1])
-    time.sleep(1.0)
+    # Its next renewal is refused: it says so and its heartbeat thread ends (the join only
+    # bounds a hang).
+    lock._thread.join(timeout=120)  # pylint: disable=protected-access
+    assert not lock._thread.is_alive()  # pylint: disable=protected-access
+    assert f"The lock of {workdir} was taken by another trainer" in caplog.text
     assert paths.read_text(f"{workdir}/lock") == '{"token": "thief"}'  # not overwritten
   assert paths.read_text(f"{workdir}/lock") == '{"token": "thief"}'  # nor deleted
 

@@ -6,8 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
-import time
 
 import pytest
 
@@ -38,41 +36,52 @@ def test_a_held_lock_refuses_and_is_released(tmp_path):
     pass
 
 
-def test_the_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
+def _holder(tmp_path) -> dict:
+  return json.loads((tmp_path / "lock").read_text())
+
+
+def test_the_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path, lock_clock):
   dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                         capture_output=True, text=True, check=True)
   _write(tmp_path, host=socket.gethostname(), pid=int(dead.stdout))
-  t = time.monotonic()
   with _lock(tmp_path, stale_s=30):
-    assert json.loads((tmp_path / "lock").read_text())["pid"] == os.getpid()
-  assert time.monotonic() - t < 5
+    assert _holder(tmp_path)["pid"] == os.getpid()
+  # At once: its pid is gone, so no watching of its heartbeat (which would sleep for 30 s).
+  assert lock_clock.now < 1.0
 
 
-def test_another_hosts_lock_is_taken_over_only_once_its_heartbeat_stops(tmp_path):
+def test_another_hosts_lock_is_taken_over_only_once_its_heartbeat_stops(tmp_path, lock_clock):
+  """On a fake clock (conftest.FakeClock): the other host's heartbeat moves, or not, while this
+  trainer watches it."""
   _write(tmp_path, host="node-that-died", pid=1)
-  with _lock(tmp_path, stale_s=1.0):  # nothing moves within 1 s: taken over
-    assert json.loads((tmp_path / "lock").read_text())["host"] == socket.gethostname()
+  with _lock(tmp_path, stale_s=30.0):  # nothing moves: taken over...
+    assert _holder(tmp_path)["host"] == socket.gethostname()
+  assert lock_clock.now >= 30.0  # ...but only after watching it for the whole 30 s
 
   _write(tmp_path, host="node-alive", pid=1)
-  stop = threading.Event()
 
-  def beat():  # the other host's trainer, alive: its heartbeat moves
-    n = 0
-    while not stop.wait(0.1):
-      n += 1
-      tmp = tmp_path / "lock.other"
-      tmp.write_text(json.dumps({"token": "x", "heartbeat": n, "host": "node-alive", "pid": 1,
-                                 "started": "earlier"}))
-      os.replace(tmp, tmp_path / "lock")
-  thread = threading.Thread(target=beat)
-  thread.start()
-  try:
-    with pytest.raises(workdir_lock.WorkdirBusyError, match="host node-alive, pid 1"):
-      with _lock(tmp_path, stale_s=2.0):
+  def beat():  # the other host's trainer, alive: its heartbeat moves meanwhile
+    record = _holder(tmp_path)
+    record["heartbeat"] += 1
+    (tmp_path / "lock.other").write_text(json.dumps(record))
+    os.replace(tmp_path / "lock.other", tmp_path / "lock")
+  lock_clock.on_sleep = beat
+  with pytest.raises(workdir_lock.WorkdirBusyError, match="host node-alive, pid 1"):
+    with _lock(tmp_path, stale_s=30.0):
+      pass
+  assert _holder(tmp_path)["host"] == "node-alive"  # left to its holder
+
+
+def test_a_live_holders_heartbeat_keeps_another_host_out(tmp_path):
+  """A real holder (heartbeat thread) that looks like another host's: the watcher refuses as
+  soon as the heartbeat moves; its long stale_s only bounds a broken heartbeat."""
+  holder = _lock(tmp_path, heartbeat_s=0.05)
+  holder._me["host"] = "node-alive"  # pylint: disable=protected-access
+  with holder:
+    with pytest.raises(workdir_lock.WorkdirBusyError, match="host node-alive"):
+      with _lock(tmp_path, stale_s=120.0):
         pass
-  finally:
-    stop.set()
-    thread.join()
+    assert _holder(tmp_path)["heartbeat"] > 0
 
 
 @pytest.mark.slow
