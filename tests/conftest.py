@@ -103,6 +103,46 @@ def saved_state(workdir, step=None):
   return jax.tree.map(np.asarray, finished_run.load(workdir, step).state)
 
 
+def assert_resumes_exactly(config, straight, split, stop_after, caplog):
+  """Trains `config` in `split` as two runs, the first stopped after step `stop_after`, the
+  second resumed, and checks it ends exactly where the uninterrupted run in `straight` ended:
+  the same tree of arrays, bit for bit. That the resume happened is checked too, so a run that
+  ignored `stop_after` or retrained from step 0 fails: the first run's newest checkpoint is
+  `stop_after`, the second logs restoring it and logs no training step a second time.
+  Returns the two final states (straight, split)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import logging  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import train  # pylint: disable=g-import-not-at-top
+  train.train_and_evaluate(config, split, stop_after=stop_after)
+  assert latest_step(split) == stop_after
+  caplog.clear()
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(config, split)
+  assert f"Resumed from checkpoint at step {stop_after} in " in caplog.text
+  with open(os.path.join(split, "metrics.jsonl"), encoding="utf-8") as f:
+    logged = [row["step"] for row in map(json.loads, f) if "loss" in row]
+  assert logged == sorted(set(logged)), f"a step was trained twice: {logged}"
+  a, b = saved_state(straight), saved_state(split)
+  assert int(a["step"]) == int(b["step"]) > stop_after
+  assert_same_arrays(a, b)
+  return a, b
+
+
+def assert_same_arrays(a, b, **tolerance):
+  """Two trees of arrays with the same structure and equal leaves: exactly, or within
+  `rtol`/`atol` when given. (A bare zip over their leaves would drop the leaves one tree has
+  in excess.) A failure names the leaf's path."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(a), jax.tree.leaves(b)):
+    name = jax.tree_util.keystr(path)
+    if tolerance:
+      np.testing.assert_allclose(x, y, err_msg=name, **tolerance)
+    else:
+      np.testing.assert_array_equal(x, y, err_msg=name)
+
+
 def latest_step(workdir):
   """The step of a run's newest complete checkpoint (None if there is none)."""
   from mlmjax.training import checkpoint  # pylint: disable=g-import-not-at-top

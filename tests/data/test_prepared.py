@@ -9,12 +9,11 @@ import shutil
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 
 from configs import tiny
-from conftest import REPO, saved_state, user_env
+from conftest import REPO, assert_same_arrays, saved_state, user_env
 from mlmjax import errors
 from mlmjax import prepare
 from mlmjax.data import formats
@@ -160,8 +159,7 @@ def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro
   train.train_and_evaluate(micro_config, split)
   a, b = saved_state(straight), saved_state(split)
   assert int(a["step"]) == int(b["step"]) == 8
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_array_equal(x, y)
+  assert_same_arrays(a, b)
   rows = [json.loads(line) for line in open(os.path.join(split, "metrics.jsonl"))]
   waits = [r["input_wait_fraction"] for r in rows if "input_wait_fraction" in r]
   assert len(waits) == 4 and all(0 <= w <= 1 for w in waits)

@@ -9,12 +9,11 @@ import os
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import portpicker
 import pytest
 
-from conftest import REPO, saved_state
+from conftest import REPO, assert_same_arrays, saved_state
 
 pytestmark = pytest.mark.slow  # two training processes
 
@@ -58,8 +57,7 @@ def _assert_same(a, b):
   assert losses_a.keys() == losses_b.keys()
   np.testing.assert_allclose([losses_a[k] for k in sorted(losses_a)],
                              [losses_b[k] for k in sorted(losses_b)], rtol=1e-6)
-  for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
-    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+  assert_same_arrays(state_a, state_b, rtol=1e-5, atol=1e-7)
 
 
 @pytest.fixture(scope="module")

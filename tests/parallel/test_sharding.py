@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import assert_same_arrays
 from mlmjax import errors
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
@@ -119,13 +120,11 @@ def test_every_mesh_trains_like_one_device():
       mesh_init, shardings = init_state(config)
       assert shardings == train_state.make_setup(
           config, VOCAB, sharding.make_mesh(config.mesh)).state_shardings
-      for x, y in zip(jax.tree.leaves(mesh_init), jax.tree.leaves(init)):
-        np.testing.assert_array_equal(x, y)
+      assert_same_arrays(mesh_init, init)
     metrics, state = train(config, batches, init=init)
     np.testing.assert_allclose(losses_of(metrics), losses_of(one_metrics), rtol=1e-5,
                                err_msg=str(shape))
-    for x, y in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(one_state["params"])):
-      np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6, err_msg=str(shape))
+    assert_same_arrays(state["params"], one_state["params"], rtol=1e-5, atol=1e-6)
 
 
 def test_eval_step_on_a_sharded_mesh_matches_one_device():

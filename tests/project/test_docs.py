@@ -9,8 +9,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # The repository's top-level folders that text names paths under: `mlmjax/data/sources.py`,

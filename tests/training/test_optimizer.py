@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import assert_same_arrays
 from mlmjax import errors
 from mlmjax.parallel import sharding
 from mlmjax.training import config_check
@@ -136,8 +137,7 @@ def test_micro_batches_equal_one_big_batch(mesh_shape, k, optimizer):
     for key in big:
       np.testing.assert_allclose(acc[key], big[key], rtol=1e-5, atol=1e-6, err_msg=key)
   assert losses_of(big_metrics)[-1] < losses_of(big_metrics)[0]
-  for x, y in zip(jax.tree.leaves(acc_state), jax.tree.leaves(big_state)):
-    np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-7)
+  assert_same_arrays(acc_state, big_state, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow

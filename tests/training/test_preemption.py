@@ -9,11 +9,9 @@ import subprocess
 import sys
 import time
 
-import jax
-import numpy as np
 import pytest
 
-from conftest import REPO, latest_step, saved_state, user_env
+from conftest import REPO, assert_same_arrays, latest_step, saved_state, user_env
 from mlmjax.training import metrics
 
 pytestmark = pytest.mark.slow  # training subprocesses, signalled and killed
@@ -69,8 +67,7 @@ def _final(workdir):
 
 def _assert_same(a, b):
   (state_a, rows_a), (state_b, rows_b) = a, b
-  for x, y in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b)):
-    np.testing.assert_array_equal(x, y)
+  assert_same_arrays(state_a, state_b)
   assert rows_a == rows_b  # every step logged once, with identical values
 
 

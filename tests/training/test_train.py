@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from conftest import saved_state
+from conftest import assert_resumes_exactly, assert_same_arrays
 from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.parallel import sharding
@@ -40,19 +40,15 @@ def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])
-def test_resume_is_bit_identical(tmp_path, micro_config, scan_layers):
+def test_resume_is_bit_identical(tmp_path, micro_config, scan_layers, caplog):
   """(Every strategy and format: test_strategies_train.py.) Stacked layers checkpoint, resume
   and load (saved_state reads the run's own config) like unstacked ones."""
   micro_config.model.scan_layers = scan_layers
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
   train.train_and_evaluate(micro_config, straight)  # 8 steps in one go
   micro_config.train.checkpoint_every_steps = 3  # the checkpoint at 3 must not matter
-  train.train_and_evaluate(micro_config, split, stop_after=5)  # 5 steps, checkpoint...
-  train.train_and_evaluate(micro_config, split)  # ...resume, 3 more
-  a, b = saved_state(straight), saved_state(split)
-  assert int(a["step"]) == int(b["step"]) == 8
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-    np.testing.assert_array_equal(x, y)
+  a, _ = assert_resumes_exactly(micro_config, straight, split, 5, caplog)  # 5 steps, then 3
+  assert int(a["step"]) == 8
   # The logged metrics of the last steps agree exactly as well.
   def tail(path):
     return [{k: v for k, v in r.items() if k not in metrics_lib.TIMINGS}
@@ -81,22 +77,17 @@ def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, mak
     results.append((losses, jax.tree.map(np.asarray, state["params"])))
   (l1, p1), (l8, p8) = results
   np.testing.assert_allclose(l1, l8, rtol=1e-5)
-  for x, y in zip(jax.tree.leaves(p1), jax.tree.leaves(p8)):
-    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+  assert_same_arrays(p1, p8, rtol=1e-4, atol=1e-6)
 
 
-def test_phases_switch_shapes_and_resume_exactly_across_the_switch(tmp_path, micro_config):
+def test_phases_switch_shapes_and_resume_exactly_across_the_switch(tmp_path, micro_config,
+                                                                   caplog):
   micro_config.train.phases = ((0.5, 16, 3), (0.5, 32, 6))
   micro_config.train.checkpoint_every_steps = 8
   straight = str(tmp_path / "straight")
   train.train_and_evaluate(micro_config, straight)
   for stop in (3, 4):  # inside phase 0, and exactly at the switch
-    split = str(tmp_path / f"split{stop}")
-    train.train_and_evaluate(micro_config, split, stop_after=stop)
-    train.train_and_evaluate(micro_config, split)
-    a, b = saved_state(straight), saved_state(split)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-      np.testing.assert_array_equal(x, y)
+    assert_resumes_exactly(micro_config, straight, str(tmp_path / f"split{stop}"), stop, caplog)
 
 
 def test_same_config_and_seed_give_bit_identical_metrics(tmp_path, micro_config):
