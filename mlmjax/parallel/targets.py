@@ -80,18 +80,20 @@ def _quiet_libtpu():
   silences its warnings, and several processes may load it at once (tests, a second compile).
   The CUDA plugin, started here for a GPU target, skips its check of the CUDA libraries of a
   GPU this machine need not have (it would print a traceback and register nothing).
-  The variables are removed again: left set, they would tell every process started later
-  from this one (a training run) that it is on a TPU VM (plugins.tpu_vm)."""
-  added = {key: value for key, value in (
-      ("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-      ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-      ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")) if key not in os.environ}
-  os.environ.update(added)
+  The environment is then restored as it was, with what jax itself sets while it loads libtpu
+  (TPU_LIBRARY_PATH, TPU_SKIP_MDS_QUERY): left set, they would tell every process started
+  later from this one (a training run) that it is on a TPU VM (plugins.tpu_vm), or make jax
+  load libtpu there from that path, however well hidden (plugins.py)."""
+  before = dict(os.environ)
+  for key, value in (("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
+                     ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+                     ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
+    os.environ.setdefault(key, value)
   try:
     yield
   finally:
-    for key in added:
-      os.environ.pop(key, None)
+    os.environ.clear()
+    os.environ.update(before)
 
 
 def _unknown(name: str, why: str = "") -> UserError:

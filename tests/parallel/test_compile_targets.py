@@ -8,6 +8,7 @@ raised "Mosaic kernels cannot be automatically partitioned").
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -46,12 +47,16 @@ def _abstract_params(config, target):
 
 
 def test_target_names():
+  environment = dict(os.environ)
   for name, chips, kind in [("v4-8", 4, "TPU v4"), ("v5p-8", 4, "TPU v5"),
                             ("v5p-128", 64, "TPU v5"), ("v5litepod-16", 16, "TPU v5 lite"),
                             ("v6e-8", 8, "TPU v6 lite"), ("2xv5p-64", 64, "TPU v5")]:
     t = targets.get(name)
     assert (len(t.devices), t.device_kind, t.platform) == (chips, kind, "tpu"), name
   assert targets.get("2xv5p-64").num_slices == 2
+  # Loading libtpu left nothing in the environment: jax sets TPU_LIBRARY_PATH as it loads it,
+  # and a run started from this process would load libtpu from there (and print its noise).
+  assert dict(os.environ) == environment
   # Only `data` spans the slices (the data-center network): each data index is one slice.
   two = sharding.make_mesh(ml_collections.ConfigDict({"shape": (2, -1, 1)}),
                            targets.get("2xv5p-64").devices)
