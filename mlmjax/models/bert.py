@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mlmjax.models import batch_schema
 from mlmjax.models import compile_target
 from mlmjax.models import layers
 
@@ -138,7 +139,9 @@ class Embeddings:
     self.embedding_dropout = cfg.dropout_rate
 
   def embed(self, batch, key=None) -> jax.Array:
-    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings."""
+    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings. Every
+    encoder starts here, so here the row arrays it reads are checked (models/batch_schema.py)."""
+    batch_schema.require(batch, batch_schema.ROWS)
     types = batch["token_type_ids"]
     # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
     # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
@@ -244,6 +247,8 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
     """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]`, with the pair head
     `nsp_logits` [B, 2], with the span-boundary head `sbo_logits` [B, P, V] (all float32)."""
+    batch_schema.require(batch, ["masked_positions", *(
+        batch_schema.SPAN_BOUNDARIES if self.span_boundary is not None else ())])
     hidden_btd = self.encode(batch, dropout_key, constrain_layer)
     out = {"mlm_logits": mlm_logits(gather(hidden_btd, batch["masked_positions"]),
                                     self.mlm_transform, self.mlm_norm, self.token_embedding[...],

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
+from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import layers
 from mlmjax.models import special_ids
@@ -83,6 +84,7 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
     """`mlm_logits` [B, P, V] (the generator's); with `masked_ids` in the batch also
     `rtd_input_ids` [B, T] (the discriminator's input), `rtd_logits` [B, T] (its float32
     logits) and `rtd_labels` [B, T] (1: replaced)."""
+    batch_schema.require(batch, ["masked_positions"])
     keys = [None] * 4 if dropout_key is None else list(jax.random.split(dropout_key, 4))
     hidden = self.generator(self.embed(batch, keys[0]), batch, keys[1], constrain_layer)
     logits_bpv = model_lib.mlm_logits(model_lib.gather(hidden, batch["masked_positions"]),

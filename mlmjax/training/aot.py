@@ -26,13 +26,13 @@ import re
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import run_input
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.errors import UserError
+from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
 from mlmjax.parallel import hlo
@@ -64,17 +64,11 @@ def vocab_size(config) -> int:
 
 
 def batch_spec(config, mesh, max_predictions: int) -> dict:
-  """The abstract global batch the steps take: what data/rows.py and the masker produce."""
-  b, t, p = config.train.batch_size, config.data.seq_len, max_predictions
+  """The abstract global batch the steps take (models/batch_schema.py)."""
+  spec = batch_schema.shapes(config.train.batch_size, config.data.seq_len, max_predictions,
+                             pairs=formats.has_pair_labels(config.data.format),
+                             span_boundaries=config.objective.span_boundary_weight > 0)
   s = sharding.batch_sharding(mesh)
-  spec = {k: ((b, t), jnp.int32) for k in ("input_ids", "token_type_ids", "segment_ids",
-                                            "positions")}
-  spec.update(masked_positions=((b, p), jnp.int32), masked_ids=((b, p), jnp.int32),
-              masked_weights=((b, p), jnp.float32))
-  if formats.has_pair_labels(config.data.format):
-    spec["nsp_labels"] = ((b,), jnp.int32)
-  if config.objective.span_boundary_weight > 0:
-    spec["masked_span_offset"] = ((b, p), jnp.int32)
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=s) for k, (shape, dt) in spec.items()}
 
 

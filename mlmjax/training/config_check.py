@@ -11,10 +11,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from mlmjax import paths
 from mlmjax.data import formats
 from mlmjax.data import masking
 from mlmjax.data import mixture
-from mlmjax.data import paths
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as masking_settings
 from mlmjax.errors import ConfigError
