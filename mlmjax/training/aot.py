@@ -35,6 +35,7 @@ from mlmjax.errors import UserError
 from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
@@ -85,13 +86,13 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
     if name == "train":
       fn, args = steps_lib.make_pretrain_step(setup, config), (
           setup.abstract_state, batch_spec(config, mesh, config.masking.max_predictions_per_seq))
-      per_token = flops_lib.train_flops_per_token(config, vocab)
+      per_token = train_state.train_flops_per_token(config, vocab)
     else:
       held_out = run_input.held_out_config(config)
       p = held_out.masking.max_predictions_per_seq
       fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
                                                    batch_spec(config, mesh, p))
-      per_token = flops_lib.train_flops_per_token(held_out, vocab) / 3  # forward only
+      per_token = train_state.train_flops_per_token(held_out, vocab) / 3  # forward only
     tokens = config.train.batch_size * config.data.seq_len / mesh.size
     model_flops = per_token * tokens
     # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -102,7 +103,8 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
       seen = None
       if config.objective.kind == "mlm":
         layers = config.model.num_layers
-        stack = flops_lib.encoder_flops_per_token(config.model, config.data.seq_len) * tokens
+        stack = flops_lib.encoder_flops_per_token(ModelSettings.from_config(config.model),
+                                                  config.data.seq_len) * tokens
         seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
     out.append(_compile(name, fn, args, config, target, mesh, model_flops, seen))
   return out
