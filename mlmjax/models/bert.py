@@ -125,7 +125,8 @@ class Embeddings:
   """Token + position (learned) + token-type embeddings and their LayerNorm, as attributes of
   the model that holds them (names shared by every model, and by export)."""
 
-  def init_embeddings(self, cfg: ModelSettings, vocab_size: int, width: int, rngs: nnx.Rngs) -> None:
+  def init_embeddings(self, cfg: ModelSettings, vocab_size: int, width: int,
+                      rngs: nnx.Rngs) -> None:
     std = cfg.initializer_range
     self.token_embedding = layers.param(rngs, (vocab_size, width), ("vocab", "embed"), "normal",
                                         std)
@@ -225,8 +226,8 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
   `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
   `sbo_head` the span-boundary head on the same masked positions."""
 
-  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
-               sbo_head: bool = False):
+  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs,
+               nsp_head: bool = False, sbo_head: bool = False):
     d, std = cfg.hidden_size, cfg.initializer_range
     self.init_embeddings(cfg, vocab_size, d, rngs)
     self.init_stack(cfg, rngs, "blocks")
