@@ -18,11 +18,12 @@ The library, imports running one way (a package never imports one above it):
   finetuning/  tasks, examples, the classifier, the fine-tuning run
   training/    the pretraining run, the shared loop and steps, optimizer, checkpoints, run folder
   hf/          Hugging Face conversion rules, export, import
-  data/        paths (local, buckets), sources, tokenizers, formats and packing, masking/,
-               the grain pipeline
+  data/        sources, tokenizers, formats and packing, masking/, the grain pipeline,
+               prepared data
   parallel/    the device mesh, sharding rules, the multi-host runtime, compile targets
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
-errors.py (one-line user errors) serves every layer.
+errors.py (one-line user errors) and paths.py (every file a run reads or writes, local or in
+a bucket) serve every layer and import nothing above them.
 """
 
 # Before anything imports jax: its CUDA plugin and libtpu only where they are used

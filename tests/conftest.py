@@ -33,11 +33,16 @@ def user_env() -> dict[str, str]:
   env.pop("XLA_FLAGS", None)
   return env
 
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+# The tests are the program here, with no command line of their own: absl's flags keep their
+# defaults (grain's worker processes read them; mlmjax's commands parse theirs).
+flags.FLAGS.mark_as_parsed()
 
 
 @pytest.fixture(scope="session")

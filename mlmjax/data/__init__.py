@@ -1,10 +1,10 @@
 """The input: text in, masked fixed-shape batches out, all on the host.
 
-  paths.py                   one path layer: local files and buckets (gs://, s3://)
   sources.py, text_files.py  documents from the built-in corpus, files (local or in buckets), tfds
   streamed.py                .gz/.zst text, parquet and datasets folders, streamed to plain files
   mixture.py                 weighted mixtures of sources (per phase)
-  prepared.py                ArrayRecord data tokenized once (python -m mlmjax.prepare)
+  prepared.py                ArrayRecord data tokenized once: the format and its manifest
+  preparation.py             making it: workers, resuming, hosts (python -m mlmjax.prepare)
   tokenizer.py               sentencepiece (trained or loaded); hf_tokenizer.py: Hugging Face's
   vocab_stats.py             per-id tables the masking strategies read
   sentences.py, documents.py sentence splitting; tokenized documents

@@ -27,7 +27,7 @@ import tempfile
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 
 # Special-token roles in mlmjax id order: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4.
 ROLES = ("pad", "unk", "cls", "sep", "mask")

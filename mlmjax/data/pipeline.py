@@ -29,6 +29,7 @@ import numpy as np
 from mlmjax.data import masking
 from mlmjax.data import shard_walk
 from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
+from mlmjax.errors import ConfigError
 from mlmjax.errors import DataError
 from mlmjax.parallel import distributed
 
@@ -66,6 +67,13 @@ class ShardedIterator:
   def __init__(self, spec: shard_walk.StreamSpec, worker_count: int = 0,
                late_masker: masking.Masker | None = None):
     self.spec, self.worker_count, self.late_masker = spec, worker_count, late_masker
+    if worker_count and not flags.FLAGS.is_parsed():
+      # grain configures its worker processes from absl flags: the program that owns the
+      # command line parses them (mlmjax's commands do), never a library behind its back.
+      raise ConfigError(
+          f"data.worker_count={worker_count} starts grain worker processes, which read absl"
+          " flags, and this program has parsed none: call absl.flags.FLAGS.mark_as_parsed()"
+          " (or absl.app.run) before training, as launch/colab_tpu.ipynb does")
     # Walks of every local shard, made now so that a bad split fails here, not in a worker.
     self._state = {str(s): shard_walk.ShardWalk(spec, s).state() for s in spec.shards}
     self._it = None
@@ -78,8 +86,6 @@ class ShardedIterator:
     if self._it is None:
       ds = shard_walk.LocalStream(self.spec, self._state)
       if self.worker_count:
-        if not flags.FLAGS.is_parsed():  # grain reads its absl flags; a notebook or test has
-          flags.FLAGS.mark_as_parsed()  # not parsed any: take their defaults
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(
             num_workers=self.worker_count, per_worker_buffer_size=_WORKER_BUFFER))
       self._it = iter(ds)

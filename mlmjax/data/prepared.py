@@ -44,7 +44,7 @@ from absl import logging
 import grain
 import numpy as np
 
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.errors import DataError
@@ -108,6 +108,7 @@ class PreparedSplit:
       raise IndexError(f"document {index} of {self._len}")
     f = index % self._num_files
     if f not in self._files:
+      paths.use_storage_emulator()  # array_record reads gs:// with its own client
       self._files[f] = grain.sources.ArrayRecordDataSource(
           [paths.join(self.directory, file_name(self.split, f, self._num_files))])
     return decode_record(self._files[f][index // self._num_files], self._dtype)
@@ -186,6 +187,22 @@ class Prepared:
                            stats_path)
     # The file exists now, so nothing is counted (no documents are needed).
     return tok, vocab_stats_lib.get_vocab_stats(tok, (), stats_path, 0)
+
+
+def write_manifest(directory: str, *, source: str, tok: tokenizer_lib.Tokenizer,
+                   eval_every_nth_document: int, max_document_chars: int,
+                   stats_max_documents: int, num_files: int, counts: dict) -> dict:
+  """Writes DIR/manifest.json (the module docstring's fields), the last file of a preparation
+  (preparation.py); returns it."""
+  manifest = {
+      "format": FORMAT, "version": VERSION, "source": source,
+      "tokenizer": {"fingerprint": fingerprint(tok), "vocab_size": tok.vocab_size},
+      "eval_every_nth_document": eval_every_nth_document,
+      "max_document_chars": max_document_chars, "stats_max_documents": stats_max_documents,
+      "num_files": num_files, "id_dtype": id_dtype(tok.vocab_size), "splits": counts,
+  }
+  paths.write_atomic(paths.join(directory, MANIFEST), json.dumps(manifest, indent=2))
+  return manifest
 
 
 def open_source(source: str) -> Prepared:

@@ -7,18 +7,19 @@ that did not fit starts the next round. Only unit lengths matter here, so placin
 
 `materialize` turns a list of rows (each a list of units) into the arrays the model and the
 masker read, with one concatenation and a few vectorised scatters per batch (no per-row arrays):
-
-  input_ids, token_type_ids, segment_ids, positions     [rows, seq_len] int32
-  sequence_keys (int64), epochs (int32)                  [rows, seq_len], if `origin`
-  nsp_labels                                             [rows] int32, if `pairs`
-
-`segment_ids` number the units of a row 1, 2, ... (0 on padding: attention never crosses them)
-and `positions` restart at 0 in each unit, so packing is invisible to the model.
+the row arrays of models/batch_schema.py (`ROWS`), with `HOST_ONLY` if `origin` and
+`PAIR_LABELS` if `pairs`. `segment_ids` number the units of a row 1, 2, ... and `positions`
+restart at 0 in each unit, so packing is invisible to the model.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from mlmjax.models import batch_schema
+
+_DTYPES = {k: dtype for k, (_, dtype) in {**batch_schema.ROWS, **batch_schema.HOST_ONLY,
+                                          **batch_schema.PAIR_LABELS}.items()}
 
 
 class Packer:
@@ -71,22 +72,24 @@ def materialize(rows: list[list], seq_len: int, origin: bool = False,
   # Each token's place in the flattened [rows * seq_len] batch.
   flat = (unit_row * seq_len + begins - row_begin[unit_row])[unit_of] + pos
 
-  def scatter(values, dtype) -> np.ndarray:
-    out = np.zeros((len(rows), seq_len), dtype)
+  def scatter(key, values) -> np.ndarray:
+    out = np.zeros((len(rows), seq_len), _DTYPES[key])
     out.reshape(-1)[flat] = values
     return out
 
   pieces = [p for u in units for p in u.pieces]
   batch = {
-      "input_ids": scatter(np.concatenate(pieces) if pieces else 0, np.int32),
-      "token_type_ids": scatter(pos >= np.array([u.type0 for u in units])[unit_of], np.int32),
-      "segment_ids": scatter(unit_seg[unit_of], np.int32),
-      "positions": scatter(pos, np.int32),
+      "input_ids": scatter("input_ids", np.concatenate(pieces) if pieces else 0),
+      "token_type_ids": scatter("token_type_ids",
+                                pos >= np.array([u.type0 for u in units])[unit_of]),
+      "segment_ids": scatter("segment_ids", unit_seg[unit_of]),
+      "positions": scatter("positions", pos),
   }
   if origin:
-    batch["sequence_keys"] = scatter(np.array([u.key for u in units], np.int64)[unit_of],
-                                     np.int64)
-    batch["epochs"] = scatter(np.array([u.epoch for u in units], np.int32)[unit_of], np.int32)
+    batch["sequence_keys"] = scatter("sequence_keys",
+                                     np.array([u.key for u in units], np.int64)[unit_of])
+    batch["epochs"] = scatter("epochs", np.array([u.epoch for u in units], np.int32)[unit_of])
   if pairs:
-    batch["nsp_labels"] = np.array([row[0].label if row else 0 for row in rows], np.int32)
+    batch["nsp_labels"] = np.array([row[0].label if row else 0 for row in rows],
+                                   _DTYPES["nsp_labels"])
   return batch

@@ -38,9 +38,9 @@ from mlmjax.data import masking
 from mlmjax.data import rows as rows_lib
 from mlmjax.data.masking.uniforms import GOLDEN, mix64
 from mlmjax.errors import DataError
+from mlmjax.models import batch_schema
 
 # Keys the masker needs that the device does not.
-HOST_ONLY = ("sequence_keys", "epochs")
 # Positions of an epoch's document order computed at a time.
 _ORDER_BLOCK = 1 << 16
 
@@ -101,7 +101,7 @@ def mask(spec: StreamSpec, masker: masking.Masker, batch: dict, b: int) -> dict:
   first_row = spec.shards[0] * spec.rows_per_shard
   out = masker(batch, seed=spec.seed, step=spec.first_step + b,
                example_ids=first_row + np.arange(len(batch["input_ids"])))
-  return {k: v for k, v in out.items() if k not in HOST_ONLY}
+  return {k: v for k, v in out.items() if k not in batch_schema.HOST_ONLY}
 
 
 class ShardWalk:

@@ -38,6 +38,7 @@ import re
 
 import numpy as np
 
+from mlmjax import paths
 from mlmjax.data import text_files
 from mlmjax.errors import DataError  # pylint: disable=unused-import  (re-exported)
 
@@ -92,6 +93,8 @@ def tfds_split(name: str, split: str, context: str):
   """A prepared tfds dataset's split as a random-access data source (ArrayRecord), and the
   dataset's info (features). `context` (what the user wrote) starts every error message."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top  (slow; only if used)
+
+  paths.use_storage_emulator()  # a data_dir in gs:// is read by array_record's own client
 
   # tfds reads TFDS_DATA_DIR once, when imported; read it now so setting it later works too.
   data_dir = os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")

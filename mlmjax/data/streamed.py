@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import zlib
 
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.errors import DataError
 
 COMPRESSED = (".gz", ".zst")

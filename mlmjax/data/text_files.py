@@ -36,7 +36,7 @@ import re
 from absl import logging
 import numpy as np
 
-from mlmjax.data import paths as paths_lib
+from mlmjax import paths as paths_lib
 from mlmjax.data import streamed
 from mlmjax.errors import DataError
 

@@ -20,7 +20,7 @@ import numpy as np
 import sentencepiece as spm
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.models import special_ids
 
 

@@ -36,7 +36,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.models import special_ids
 
 _FORMAT_VERSION = 1

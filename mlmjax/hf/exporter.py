@@ -27,8 +27,8 @@ import jax
 import numpy as np
 
 from mlmjax import errors
+from mlmjax import paths
 from mlmjax.data import hf_tokenizer
-from mlmjax.data import paths
 from mlmjax.hf import convert as hf_convert
 from mlmjax.models import special_ids
 

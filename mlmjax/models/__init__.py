@@ -1,5 +1,7 @@
 """The models: pure Flax NNX modules and the facts about them, with no data, mesh or run.
 
+  settings.py     ModelSettings: config.model typed, with its rules; what the models take
+  batch_schema.py the batch's keys, shapes and dtypes (made by data/, traced by compile)
   bert.py         the pretraining encoder (BERT, RoBERTa, SpanBERT heads, the modern block
                   options: pre-LN, GLU, rotary, local/global attention), its MLM and NSP heads
   layers.py       the blocks: embeddings' parts, self-attention, MLP, LayerNorm, rotary

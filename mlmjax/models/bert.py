@@ -26,10 +26,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from mlmjax.models import batch_schema
 from mlmjax.models import compile_target
 from mlmjax.models import layers
+from mlmjax.models.settings import ModelSettings
 
-REMAT = ("none", "dots_saveable", "full")
 # Outputs of these are free to recompute; the weights only ever pass through them on their way
 # to a matmul, so not saving them is what frees each layer's gathered weights.
 _LAYOUT_OPS = frozenset({"sharding_constraint", "convert_element_type", "reshape", "transpose",
@@ -99,7 +100,7 @@ class SpanBoundaryHead(nnx.Module):
   predicted from the encoder outputs just outside the span and its position in it only,
   y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the tied decoder."""
 
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs):
     d, std, eps, bias = cfg.hidden_size, cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
     self.offset_embedding = layers.param(rngs, (cfg.max_position_embeddings, d), (None, "embed"),
                                          "normal", std)
@@ -124,7 +125,8 @@ class Embeddings:
   """Token + position (learned) + token-type embeddings and their LayerNorm, as attributes of
   the model that holds them (names shared by every model, and by export)."""
 
-  def init_embeddings(self, cfg, vocab_size: int, width: int, rngs: nnx.Rngs) -> None:
+  def init_embeddings(self, cfg: ModelSettings, vocab_size: int, width: int,
+                      rngs: nnx.Rngs) -> None:
     std = cfg.initializer_range
     self.token_embedding = layers.param(rngs, (vocab_size, width), ("vocab", "embed"), "normal",
                                         std)
@@ -138,7 +140,9 @@ class Embeddings:
     self.embedding_dropout = cfg.dropout_rate
 
   def embed(self, batch, key=None) -> jax.Array:
-    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings."""
+    """[B, T] ids -> [B, T, width] float32: the normalised sum of the embeddings. Every
+    encoder starts here, so here the row arrays it reads are checked (models/batch_schema.py)."""
+    batch_schema.require(batch, batch_schema.ROWS)
     types = batch["token_type_ids"]
     # Type 0 adds nothing: a vector shared by every token acts as a learned constant before the
     # LayerNorm, grows quickly, and squashes the token/position signal (a long loss plateau,
@@ -154,7 +158,7 @@ class LayerStack:
   """The encoder's blocks (a list, or one module of stacked parameters under `scan_layers`)
   and, pre-LN, the final norm, as attributes of the model or tower that holds them."""
 
-  def init_stack(self, cfg, rngs: nnx.Rngs, name: str) -> None:
+  def init_stack(self, cfg: ModelSettings, rngs: nnx.Rngs, name: str) -> None:
     """`name`: the path of `blocks` in the whole model's parameters (FSDP's layer shardings)."""
     self.stack_name = name
     self.dtype = compute_dtype(cfg.dtype)
@@ -222,8 +226,8 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
   `nsp_head` the NSP/SOP head (pooler + 2-way classifier) on each row's first [CLS]; with
   `sbo_head` the span-boundary head on the same masked positions."""
 
-  def __init__(self, cfg, vocab_size: int, rngs: nnx.Rngs, nsp_head: bool = False,
-               sbo_head: bool = False):
+  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs,
+               nsp_head: bool = False, sbo_head: bool = False):
     d, std = cfg.hidden_size, cfg.initializer_range
     self.init_embeddings(cfg, vocab_size, d, rngs)
     self.init_stack(cfg, rngs, "blocks")
@@ -244,6 +248,8 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> dict[str, jax.Array]:
     """Returns `mlm_logits` [B, P, V] at `batch["masked_positions"]`, with the pair head
     `nsp_logits` [B, 2], with the span-boundary head `sbo_logits` [B, P, V] (all float32)."""
+    batch_schema.require(batch, ["masked_positions", *(
+        batch_schema.SPAN_BOUNDARIES if self.span_boundary is not None else ())])
     hidden_btd = self.encode(batch, dropout_key, constrain_layer)
     out = {"mlm_logits": mlm_logits(gather(hidden_btd, batch["masked_positions"]),
                                     self.mlm_transform, self.mlm_norm, self.token_embedding[...],

@@ -19,27 +19,31 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
+from mlmjax.errors import ConfigError
+from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import layers
 from mlmjax.models import special_ids
+from mlmjax.models.settings import ModelSettings
 
 
-def generator_config(model_config, fraction: float) -> ml_collections.ConfigDict:
-  """The discriminator's config with width, heads and MLP scaled by `fraction`."""
-  g = ml_collections.ConfigDict(model_config.to_dict())
-  g.hidden_size = round(model_config.hidden_size * fraction)
-  g.num_heads = max(1, round(model_config.num_heads * fraction))
-  g.intermediate_size = round(model_config.intermediate_size * fraction)
-  return g
+def generator_settings(model: ModelSettings, fraction: float) -> ModelSettings:
+  """The discriminator's settings with width, heads and MLP scaled by `fraction`
+  (objective.generator_fraction, checked here)."""
+  width, heads = round(model.hidden_size * fraction), max(1, round(model.num_heads * fraction))
+  if not 0 < fraction <= 1 or width < 1 or width % heads:
+    raise ConfigError(f"objective.generator_fraction={fraction} must be in (0, 1] and give a"
+                      f" generator width ({width}) divisible by its heads ({heads})")
+  return model.replace(hidden_size=width, num_heads=heads,
+                       intermediate_size=round(model.intermediate_size * fraction))
 
 
 class Tower(nnx.Module, model_lib.LayerStack):
   """An encoder stack over the shared embeddings (projected when the widths differ)."""
 
-  def __init__(self, cfg, width: int, rngs: nnx.Rngs, name: str):
+  def __init__(self, cfg: ModelSettings, width: int, rngs: nnx.Rngs, name: str):
     d = cfg.hidden_size
     self.projection = (layers.Dense(rngs, (width, d), ("embed", None), cfg.initializer_range)
                        if width != d else None)
@@ -53,11 +57,12 @@ class Tower(nnx.Module, model_lib.LayerStack):
 
 class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
 
-  def __init__(self, cfg, objective, vocab_size: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelSettings, generator_fraction: float, vocab_size: int,
+               rngs: nnx.Rngs):
     width = cfg.embedding_size or cfg.hidden_size
     std, eps, bias = cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
     self.init_embeddings(cfg, vocab_size, width, rngs)
-    gen = generator_config(cfg, objective.generator_fraction)
+    gen = generator_settings(cfg, generator_fraction)
     self.generator = Tower(gen, width, rngs, "generator")
     # The generator's MLM head maps back to the embedding width for the tied decoder.
     self.mlm_transform = layers.Dense(rngs, (gen.hidden_size, width), ("embed", None), std, bias)
@@ -83,6 +88,7 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
     """`mlm_logits` [B, P, V] (the generator's); with `masked_ids` in the batch also
     `rtd_input_ids` [B, T] (the discriminator's input), `rtd_logits` [B, T] (its float32
     logits) and `rtd_labels` [B, T] (1: replaced)."""
+    batch_schema.require(batch, ["masked_positions"])
     keys = [None] * 4 if dropout_key is None else list(jax.random.split(dropout_key, 4))
     hidden = self.generator(self.embed(batch, keys[0]), batch, keys[1], constrain_layer)
     logits_bpv = model_lib.mlm_logits(model_lib.gather(hidden, batch["masked_positions"]),

@@ -24,6 +24,8 @@ import time
 import jax
 import jax.numpy as jnp
 
+from mlmjax.models.settings import ModelSettings
+
 # Rated dense TFLOP/s per chip: (bfloat16, float32). float32 on TPUs runs as bf16 passes and
 # has no datasheet figure; the GPUs' float32 figures are without TF32.
 _RATED_TFLOPS = {
@@ -38,7 +40,7 @@ _RATED_TFLOPS = {
 }
 
 
-def _encoder(m, t: int) -> float:
+def _encoder(m: ModelSettings, t: int) -> float:
   """Forward FLOPs per token of one encoder stack."""
   d, f = m.hidden_size, m.intermediate_size
   projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
@@ -49,24 +51,23 @@ def _encoder(m, t: int) -> float:
   return m.num_layers * projections + 4 * keys * d
 
 
-def encoder_flops_per_token(model_config, seq_len: int) -> float:
+def encoder_flops_per_token(m: ModelSettings, seq_len: int) -> float:
   """Forward FLOPs per token of the encoder stack alone (all its layers)."""
-  return _encoder(model_config, seq_len)
+  return _encoder(m, seq_len)
 
 
-def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
-                          max_predictions: int | None = None) -> float:
-  """The formula above, for `config.model` at a row length (default: data.seq_len). ELECTRA:
-  the generator's stack and MLM head (at its width) plus the discriminator's stack and its
-  per-token head, 2 (D^2 + D)."""
-  m = config.model
-  t = seq_len or config.data.seq_len
-  p = max_predictions or config.masking.max_predictions_per_seq
-  if config.objective.kind != "electra":
+def train_flops_per_token(m: ModelSettings, vocab_size: int, seq_len: int,
+                          max_predictions: int, generator_fraction: float | None = None
+                          ) -> float:
+  """The formula above, for model `m` at a row length with `max_predictions` slots. With a
+  `generator_fraction`, ELECTRA: the generator's stack and MLM head (at its width) plus the
+  discriminator's stack and its per-token head, 2 (D^2 + D)."""
+  t, p = seq_len, max_predictions
+  if generator_fraction is None:
     d = m.hidden_size
     return 3 * (_encoder(m, t) + p / t * 2 * (d * d + d * vocab_size))
   from mlmjax.models import electra  # pylint: disable=g-import-not-at-top
-  g = electra.generator_config(m, config.objective.generator_fraction)
+  g = electra.generator_settings(m, generator_fraction)
   e, d, dg = m.embedding_size or m.hidden_size, m.hidden_size, g.hidden_size
   projections = 2 * e * (d * (e != d) + dg * (e != dg))
   generator_head = p / t * 2 * (dg * e + e * vocab_size)

@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from mlmjax.models import attention
+from mlmjax.models.settings import ModelSettings
 
 
 def param(rngs: nnx.Rngs | None, shape: tuple[int, ...], axes: tuple[str | None, ...],
@@ -103,7 +104,7 @@ class SelfAttention(nnx.Module):
   The q/k/v kernel is stored [3, D, N, H] (named axes for sharding) and used as one [D, 3NH]
   matmul, which XLA lays out without transposes of the activations."""
 
-  def __init__(self, cfg, rngs):
+  def __init__(self, cfg: ModelSettings, rngs):
     d, n = cfg.hidden_size, cfg.num_heads
     h = d // n
     std = cfg.initializer_range
@@ -153,7 +154,7 @@ class Block(nnx.Module):
   index is a multiple of `model.global_attention_every`.
   """
 
-  def __init__(self, cfg, rngs):
+  def __init__(self, cfg: ModelSettings, rngs):
     d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
     self.attention = SelfAttention(cfg, rngs)
     self.attention_norm = LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)

@@ -25,19 +25,19 @@ from mlmjax.parallel import plugins
 
 GiB = 1024**3
 
-# family -> (topology prefix, cores per chip in the name, 3D, chip_config, HBM bytes per chip,
-# rated bf16 dense TFLOP/s per chip): Cloud TPU's published figures.
+# family -> (topology prefix, cores per chip in the name, 3D, chip_config, HBM bytes per chip):
+# Cloud TPU's published figures. (Rated peaks, by device kind: models/flops.py.)
 _TPU = {
-    "v4": ("v4", 2, True, "megacore", 32 * GiB, 275.0),
-    "v5p": ("v5", 2, True, "megacore", 95 * GiB, 459.0),
-    "v5litepod": ("v5e", 1, False, "default", 16 * GiB, 197.0),
-    "v5e": ("v5e", 1, False, "default", 16 * GiB, 197.0),
-    "v6e": ("v6e", 1, False, "default", 32 * GiB, 918.0),
+    "v4": ("v4", 2, True, "megacore", 32 * GiB),
+    "v5p": ("v5", 2, True, "megacore", 95 * GiB),
+    "v5litepod": ("v5e", 1, False, "default", 16 * GiB),
+    "v5e": ("v5e", 1, False, "default", 16 * GiB),
+    "v6e": ("v6e", 1, False, "default", 32 * GiB),
 }
-# name -> (GpuTargetConfig file, HBM bytes, rated bf16 dense TFLOP/s (SXM, no sparsity)).
+# name -> (GpuTargetConfig file, HBM bytes).
 _GPU = {
-    "h100": ("h100.txtpb", 80 * GiB, 989.0),
-    "a100": ("a100.txtpb", 80 * GiB, 312.0),
+    "h100": ("h100.txtpb", 80 * GiB),
+    "a100": ("a100.txtpb", 80 * GiB),
 }
 _GPU_NAME = re.compile(r"(h100|a100)x(\d+)")
 FORMS = ("v4-N, v5p-N (N TensorCores, 2 per chip), v5litepod-N / v5e-N, v6e-N (N chips),"
@@ -51,7 +51,6 @@ class Target:
   devices: tuple  # compile-only devices, every slice's
   num_slices: int
   hbm_bytes: int  # per device
-  peak_bf16_flops: float  # per device, rated
   topology: str  # what was asked of jax, for the report
 
   @property
@@ -118,7 +117,7 @@ def _get(name: str) -> Target:
   if m:
     plugins.use("tpu", f"compiling for {name}")
     slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
-    prefix, cores, three_d, chip_config, hbm, peak = _TPU[family]
+    prefix, cores, three_d, chip_config, hbm = _TPU[family]
     grid = _grid(count // cores, three_d) if count % cores == 0 and slices >= 1 else None
     if grid is None:
       raise _unknown(name, f" (no {family} slice has {count} {'cores' if cores > 1 else 'chips'})")
@@ -133,11 +132,10 @@ def _get(name: str) -> Target:
         raise UserError(f"compiling for {name} needs libtpu: pip install -e '.[tpu]' ({e})"
                         ) from e
       raise
-    return Target(name, "tpu", tuple(devices), slices, hbm, peak * 1e12,
-                  f"{topology} x {slices} slice(s)")
+    return Target(name, "tpu", tuple(devices), slices, hbm, f"{topology} x {slices} slice(s)")
   gpu = _GPU_NAME.fullmatch(name)
   if gpu and int(gpu.group(2)) >= 1:
-    spec, hbm, peak = _GPU[gpu.group(1)]
+    spec, hbm = _GPU[gpu.group(1)]
     with open(os.path.join(os.path.dirname(__file__), "gpu_specs", spec), encoding="utf-8") as f:
       config = f.read()
     try:
@@ -146,6 +144,6 @@ def _get(name: str) -> Target:
     except Exception as e:  # pylint: disable=broad-except
       raise UserError(f"compiling for {name} needs jax's CUDA plugin: pip install -e"
                       f" '.[gpu-compile]' ({str(e).splitlines()[0]})") from e
-    return Target(name, "gpu", tuple(devices), 1, hbm, peak * 1e12,
+    return Target(name, "gpu", tuple(devices), 1, hbm,
                   f"1 node x {gpu.group(2)} {gpu.group(1).upper()}")
   raise _unknown(name)

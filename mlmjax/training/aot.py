@@ -26,15 +26,16 @@ import re
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from mlmjax.data import formats
 from mlmjax.data import run_input
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.errors import UserError
+from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
@@ -64,17 +65,11 @@ def vocab_size(config) -> int:
 
 
 def batch_spec(config, mesh, max_predictions: int) -> dict:
-  """The abstract global batch the steps take: what data/rows.py and the masker produce."""
-  b, t, p = config.train.batch_size, config.data.seq_len, max_predictions
+  """The abstract global batch the steps take (models/batch_schema.py)."""
+  spec = batch_schema.shapes(config.train.batch_size, config.data.seq_len, max_predictions,
+                             pairs=formats.has_pair_labels(config.data.format),
+                             span_boundaries=config.objective.span_boundary_weight > 0)
   s = sharding.batch_sharding(mesh)
-  spec = {k: ((b, t), jnp.int32) for k in ("input_ids", "token_type_ids", "segment_ids",
-                                            "positions")}
-  spec.update(masked_positions=((b, p), jnp.int32), masked_ids=((b, p), jnp.int32),
-              masked_weights=((b, p), jnp.float32))
-  if formats.has_pair_labels(config.data.format):
-    spec["nsp_labels"] = ((b,), jnp.int32)
-  if config.objective.span_boundary_weight > 0:
-    spec["masked_span_offset"] = ((b, p), jnp.int32)
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=s) for k, (shape, dt) in spec.items()}
 
 
@@ -91,13 +86,13 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
     if name == "train":
       fn, args = steps_lib.make_pretrain_step(setup, config), (
           setup.abstract_state, batch_spec(config, mesh, config.masking.max_predictions_per_seq))
-      per_token = flops_lib.train_flops_per_token(config, vocab)
+      per_token = train_state.train_flops_per_token(config, vocab)
     else:
       held_out = run_input.held_out_config(config)
       p = held_out.masking.max_predictions_per_seq
       fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
                                                    batch_spec(config, mesh, p))
-      per_token = flops_lib.train_flops_per_token(held_out, vocab) / 3  # forward only
+      per_token = train_state.train_flops_per_token(held_out, vocab) / 3  # forward only
     tokens = config.train.batch_size * config.data.seq_len / mesh.size
     model_flops = per_token * tokens
     # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -108,7 +103,8 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
       seen = None
       if config.objective.kind == "mlm":
         layers = config.model.num_layers
-        stack = flops_lib.encoder_flops_per_token(config.model, config.data.seq_len) * tokens
+        stack = flops_lib.encoder_flops_per_token(ModelSettings.from_config(config.model),
+                                                  config.data.seq_len) * tokens
         seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
     out.append(_compile(name, fn, args, config, target, mesh, model_flops, seen))
   return out

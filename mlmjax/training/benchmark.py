@@ -59,7 +59,7 @@ def _measure(config, run_dir: workdir_lib.Workdir, timed_steps: int, input_secon
   out.update(_train_step(config, vocab_size, batch, timed_steps))
   tokens = config.train.batch_size * config.data.seq_len
   step_s = out["step_ms_median"] / 1e3
-  per_token = flops.train_flops_per_token(config, vocab_size)
+  per_token = train_state.train_flops_per_token(config, vocab_size)
   achieved = per_token * tokens / step_s
   out.update({
       "tokens_per_sec": tokens / step_s,

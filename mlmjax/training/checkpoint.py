@@ -31,7 +31,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.models import param_names
 
 
@@ -77,6 +77,7 @@ class Checkpointer:
     self.directory, self._quarantine = directory, quarantine
     self._in_flight: int | None = None  # the step of the last save started (maybe unfinished)
     self._write_failed = False
+    paths.use_storage_emulator()  # orbax's arrays go through tensorstore's own GCS client
     self.manager = ocp.CheckpointManager(
         directory, options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=True))

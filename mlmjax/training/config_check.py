@@ -11,10 +11,10 @@ import jax
 import ml_collections
 import numpy as np
 
+from mlmjax import paths
 from mlmjax.data import formats
 from mlmjax.data import masking
 from mlmjax.data import mixture
-from mlmjax.data import paths
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as masking_settings
 from mlmjax.errors import ConfigError
@@ -22,6 +22,7 @@ from mlmjax.hf import importer
 from mlmjax.models import attention
 from mlmjax.models import bert as model_lib
 from mlmjax.models import electra
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer
 from mlmjax.training import phases as phases_lib
@@ -77,11 +78,7 @@ def _check_objective(config) -> None:
       raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
                         f" a single-sequence data.format (not {config.data.format!r}) and"
                         " objective.span_boundary_weight=0")
-    gen = electra.generator_config(config.model, o.generator_fraction)
-    if not 0 < o.generator_fraction <= 1 or gen.hidden_size % gen.num_heads:
-      raise ConfigError(f"objective.generator_fraction={o.generator_fraction} must be in (0, 1]"
-                        f" and give a generator width ({gen.hidden_size}) divisible by its heads"
-                        f" ({gen.num_heads})")
+    electra.generator_settings(ModelSettings.from_config(config.model), o.generator_fraction)
     if o.discriminator_weight <= 0:
       raise ConfigError("objective.discriminator_weight must be > 0")
   elif config.model.embedding_size not in (0, config.model.hidden_size):
@@ -90,36 +87,15 @@ def _check_objective(config) -> None:
 
 
 def _check_model(config, platform: str | None = None) -> None:
-  m = config.model
-  _one_of("model.position_embedding_type", m.position_embedding_type, ("learned", "rope"))
-  if m.hidden_size < 1 or m.num_heads < 1 or m.hidden_size % m.num_heads:
-    raise ConfigError(f"model.hidden_size={m.hidden_size} must be a positive multiple of"
-                      f" model.num_heads={m.num_heads}")
-  if m.position_embedding_type == "rope" and (m.hidden_size // m.num_heads) % 2:
-    raise ConfigError(f"model.position_embedding_type='rope' needs an even head size;"
-                      f" model.hidden_size / model.num_heads = {m.hidden_size // m.num_heads}")
-  for key in ("num_layers", "intermediate_size", "max_position_embeddings", "type_vocab_size"):
-    if m[key] < 1:
-      raise ConfigError(f"model.{key}={m[key]} must be >= 1")
-  for key in ("dropout_rate", "attention_dropout_rate"):
-    if not 0.0 <= m[key] < 1.0:
-      raise ConfigError(f"model.{key}={m[key]} must be in [0, 1)")
-  _one_of("model.dtype", m.dtype, ("auto", "float32", "bfloat16"))
-  _one_of("model.remat", m.remat, model_lib.REMAT)
-  _one_of("model.norm_position", m.norm_position, ("post", "pre"))
-  _one_of("model.mlp", m.mlp, ("gelu", "geglu", "swiglu"))
-  if m.local_attention_window < 0 or m.global_attention_every < 1:
-    raise ConfigError("model.local_attention_window must be >= 0 and"
-                      " model.global_attention_every >= 1")
-  if m.rope_base <= 0 or m.local_rope_base <= 0:
-    raise ConfigError("model.rope_base and model.local_rope_base must be positive")
-  _one_of("model.attention_impl", m.attention_impl, attention.IMPLEMENTATIONS)
+  """The model's own rules (models/settings.py), then what its attention kernel can do on the
+  platform compiled for, at the longest phase."""
+  m = ModelSettings.from_config(config.model)
   why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype, platform),
                         max(p.seq_len for p in phases_lib.plan(config)), platform,
                         window=m.local_attention_window)
   if why:
     raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
-  if m.attention_impl != "auto" and m.attention_impl != "xla" and m.attention_dropout_rate > 0:
+  if m.attention_impl not in ("auto", "xla") and m.attention_dropout_rate > 0:
     raise ConfigError(f"model.attention_impl={m.attention_impl!r} never forms the attention"
                       " probabilities, so it cannot apply model.attention_dropout_rate="
                       f"{m.attention_dropout_rate}: set it to 0, or use 'auto'")

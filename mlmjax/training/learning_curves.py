@@ -14,7 +14,7 @@ import io
 import os
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import workdir as workdir_lib
 

@@ -15,7 +15,7 @@ import time
 from absl import logging
 import jax
 
-from mlmjax.data import paths
+from mlmjax import paths
 
 # A bucket workdir's metrics are uploaded at most this often (and when the writer closes).
 REMOTE_FLUSH_S = 30.0

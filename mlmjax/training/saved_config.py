@@ -29,7 +29,7 @@ from absl import logging
 import ml_collections
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 
 VERSION = 1
 VERSION_KEY = "config_version"

@@ -183,8 +183,8 @@ class _Trainer(loop.StepLoop):
   def _set_throughput_shapes(self) -> None:
     self.throughput.set_shapes(
         self.phase.batch_size * self.phase.seq_len,
-        flops.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
-                                    self.phase.seq_len, self.phase.max_predictions))
+        train_state.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
+                                          self.phase.seq_len, self.phase.max_predictions))
 
   def _eval_missing(self, step: int) -> bool:
     """An eval due at the resumed step that never reached metrics.jsonl (the run stopped

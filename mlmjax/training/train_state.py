@@ -19,7 +19,9 @@ from mlmjax.data import formats
 from mlmjax.models import bert
 from mlmjax.models import compile_target
 from mlmjax.models import electra
+from mlmjax.models import flops
 from mlmjax.models import param_names
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer
 
@@ -85,12 +87,24 @@ def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
 
 def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
   """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
+  model = ModelSettings.from_config(config.model)
   if config.objective.kind == "electra":
-    return electra.ElectraForPretraining(config.model, config.objective, vocab_size,
+    return electra.ElectraForPretraining(model, config.objective.generator_fraction, vocab_size,
                                          nnx.Rngs(params=seed))
-  return bert.BertForPretraining(config.model, vocab_size, nnx.Rngs(params=seed),
+  return bert.BertForPretraining(model, vocab_size, nnx.Rngs(params=seed),
                                  nsp_head=formats.has_pair_labels(config.data.format),
                                  sbo_head=config.objective.span_boundary_weight > 0)
+
+
+def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
+                          max_predictions: int | None = None) -> float:
+  """models/flops.py's count for the model build_model makes, at a row length and slot count
+  (default: data.seq_len, masking.max_predictions_per_seq)."""
+  electra_run = config.objective.kind == "electra"
+  return flops.train_flops_per_token(
+      ModelSettings.from_config(config.model), vocab_size, seq_len or config.data.seq_len,
+      max_predictions or config.masking.max_predictions_per_seq,
+      config.objective.generator_fraction if electra_run else None)
 
 
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:

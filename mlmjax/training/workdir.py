@@ -21,7 +21,7 @@
 
 Only this module knows these names; every other module is handed the paths it writes.
 WORKDIR may be a bucket folder (`gs://bucket/run`, `s3://bucket/run`): every path here goes
-through the one path layer (data/paths.py), and the lock becomes a lease object.
+through the one path layer (mlmjax/paths.py), and the lock becomes a lease object.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import jax
 import ml_collections
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.training import saved_config
 
 

@@ -35,7 +35,7 @@ from absl import logging
 import jax
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.parallel import distributed
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_resumes_exactly
-from mlmjax import prepare
+from mlmjax.data import preparation
 from mlmjax.data import mixture
 from mlmjax.data import run_input as input_lib
 from mlmjax.errors import ConfigError
@@ -64,8 +64,8 @@ def test_prepared_sources_mix(tmp_path, micro_config, tokenizer_path):
   (tmp_path / "extra.txt").write_text("\n\n".join(f"Extra document {i}." for i in range(40)))
   prep = tiny.get_config()
   prep.tokenizer.path = tokenizer_path
-  prepare.prepare(prep, f"{tmp_path}/extra.txt", str(tmp_path / "a"), num_files=2)
-  prepare.prepare(prep, "builtin", str(tmp_path / "b"), num_files=2)
+  preparation.prepare(prep, f"{tmp_path}/extra.txt", str(tmp_path / "a"), num_files=2)
+  preparation.prepare(prep, "builtin", str(tmp_path / "b"), num_files=2)
   micro_config.data.sources = f"1:prepared:{tmp_path}/a; 3:prepared:{tmp_path}/b"
   run = workdir_lib.Workdir(str(tmp_path / "run"))
   run.make_writable()

@@ -1,6 +1,8 @@
 """Parallel input: grain worker processes (data.worker_count) and device prefetch change no
 batch, no mask and no checkpointed position."""
 
+import types
+
 import jax
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data import prefetch
 from mlmjax.data import tokenizer as tok_lib
+from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
 from mlmjax.training import masking_feedback
 
@@ -59,6 +62,21 @@ def test_two_workers_give_the_same_batches_and_resume_exactly(micro_config, corp
     for w in want[5:]:
       _same(next(again), w)
     again.close()
+
+
+def test_workers_need_absl_flags_parsed_by_the_program(micro_config, corpus, make_masker,
+                                                       monkeypatch):
+  """grain's workers read absl flags; the library does not parse them behind the program's
+  back, it says what to do. (A program that parsed none, as the pipeline sees it: unparsing the
+  real flags would also reset absl's logging level for the rest of the session.)"""
+  unparsed = types.SimpleNamespace(FLAGS=types.SimpleNamespace(is_parsed=lambda: False))
+  monkeypatch.setattr(pipeline, "flags", unparsed)
+  with pytest.raises(ConfigError) as e:
+    _iter(micro_config, corpus, make_masker(micro_config), 2)
+  assert str(e.value) == (
+      "data.worker_count=2 starts grain worker processes, which read absl flags, and this"
+      " program has parsed none: call absl.flags.FLAGS.mark_as_parsed() (or absl.app.run)"
+      " before training, as launch/colab_tpu.ipynb does")
 
 
 def test_prefetch_checkpoints_what_was_taken_and_masks_after_the_feedback(

@@ -15,7 +15,7 @@ import pytest
 from configs import tiny
 from conftest import REPO, assert_same_arrays, saved_state, user_env
 from mlmjax import errors
-from mlmjax import prepare
+from mlmjax.data import preparation
 from mlmjax.data import formats
 from mlmjax.data import pipeline
 from mlmjax.data import prepared
@@ -137,9 +137,9 @@ def test_a_run_refuses_what_the_data_does_not_fit(kjv, micro_config, tmp_path, c
 def test_prepare_refuses_bad_output_and_prepared_input(kjv, tmp_path):
   config = tiny.get_config()
   with pytest.raises(errors.UserError, match=f"--out={kjv} exists and is not an empty folder"):
-    prepare.prepare(config, "builtin", kjv)
+    preparation.prepare(config, "builtin", kjv)
   with pytest.raises(errors.UserError, match="is prepared already"):
-    prepare.prepare(config, f"prepared:{kjv}", str(tmp_path / "again"))
+    preparation.prepare(config, f"prepared:{kjv}", str(tmp_path / "again"))
   assert not os.path.exists(tmp_path / "again")
 
 

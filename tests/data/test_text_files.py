@@ -11,7 +11,7 @@ import pytest
 import zstandard
 
 import storage_servers
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.data import sources
 from mlmjax.errors import DataError
 

@@ -17,6 +17,7 @@ from mlmjax.data import hf_tokenizer
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import importer
 from mlmjax.models import bert as model_lib
+from mlmjax.models.settings import ModelSettings
 
 V, T = 40, 12
 # HF ids of [PAD] [UNK] [CLS] [SEP] [MASK] in the test vocabularies: none at its mlmjax id.
@@ -31,7 +32,8 @@ def _model_cfg(settings: dict) -> ml_collections.ConfigDict:
 
 
 def _mlmjax_model(cfg, params, nsp: bool):
-  module = model_lib.BertForPretraining(cfg, V, nnx.Rngs(params=0), nsp_head=nsp)
+  module = model_lib.BertForPretraining(ModelSettings.from_config(cfg), V, nnx.Rngs(params=0),
+                                        nsp_head=nsp)
   graphdef, state = nnx.split(module)
   nnx.replace_by_pure_dict(state, params)
   return nnx.merge(graphdef, state)
@@ -103,7 +105,8 @@ def test_export_then_import_gives_back_the_same_parameters(model_type):
   cfg = _model_cfg(dict(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
                         max_position_embeddings=T, type_vocab_size=2,
                         position_embedding_type="rope" if rope else "learned"))
-  module = model_lib.BertForPretraining(cfg, V, nnx.Rngs(params=1), nsp_head=not rope)
+  module = model_lib.BertForPretraining(ModelSettings.from_config(cfg), V, nnx.Rngs(params=1),
+                                        nsp_head=not rope)
   rng = np.random.default_rng(1)
   params = jax.tree.map(lambda x: rng.normal(size=x.shape).astype(np.float32),
                         nnx.to_pure_dict(nnx.state(module)))

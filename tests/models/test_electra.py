@@ -19,6 +19,7 @@ from mlmjax.models import electra
 from mlmjax.training import losses
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
+from mlmjax.models.settings import ModelSettings
 from synthetic_steps import synthetic_batches
 
 
@@ -33,7 +34,8 @@ def _micro(micro_config):
 
 def test_generator_replaces_only_masked_slots_and_labels_mark_what_changed(micro_config):
   c = _micro(micro_config)
-  model = electra.ElectraForPretraining(c.model, c.objective, 512, nnx.Rngs(params=0))
+  model = electra.ElectraForPretraining(ModelSettings.from_config(c.model),
+                                        c.objective.generator_fraction, 512, nnx.Rngs(params=0))
   batch = {k: jnp.asarray(v) for k, v in synthetic_batches(1, batch_size=4)[0].items()}
   out = model(batch, dropout_key=jax.random.PRNGKey(3))
   ids, corrupted = np.asarray(batch["input_ids"]), np.asarray(out["rtd_input_ids"])

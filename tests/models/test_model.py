@@ -9,10 +9,12 @@ from flax import nnx
 from mlmjax.models import attention as attention_lib
 from mlmjax.models import bert as model_lib
 from mlmjax.models import layers
+from mlmjax.models.settings import ModelSettings
 
 
 def _model(micro_config, vocab=512):
-  return model_lib.BertForPretraining(micro_config.model, vocab, nnx.Rngs(params=0))
+  return model_lib.BertForPretraining(ModelSettings.from_config(micro_config.model), vocab,
+                                      nnx.Rngs(params=0))
 
 
 def _row(doc_a, doc_b, length=32):
@@ -80,7 +82,8 @@ def test_type_zero_adds_nothing_and_type_one_does(micro_config):
 
 
 def test_nsp_head_reads_the_first_cls_only(micro_config):
-  model = model_lib.BertForPretraining(micro_config.model, 512, nnx.Rngs(params=0), nsp_head=True)
+  model = model_lib.BertForPretraining(ModelSettings.from_config(micro_config.model), 512,
+                                       nnx.Rngs(params=0), nsp_head=True)
   batch = _row([2, 10, 11, 3, 12, 13, 3], [])
   batch["token_type_ids"][0, 4:7] = 1
   batch["masked_positions"] = np.array([[1, 4]], np.int32)
@@ -146,7 +149,8 @@ def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
              if np.issubdtype(x.dtype, np.floating))
   losses = losses_of(metrics)
   assert losses[-1] < losses[0] - 0.5, losses
-  model = model_lib.BertForPretraining(config.model, 512, nnx.Rngs(params=0))
+  model = model_lib.BertForPretraining(ModelSettings.from_config(config.model), 512,
+                                       nnx.Rngs(params=0))
   batch = {k: v[:2] for k, v in batches[0].items()}
   assert model.encode(batch).dtype == jnp.bfloat16
   assert model(batch)["mlm_logits"].dtype == jnp.float32
@@ -177,7 +181,7 @@ def test_block_parameter_counts(micro_config, mlp, bias):
   m = micro_config.model
   m.mlp, m.use_bias, m.norm_position = mlp, bias, "pre"
   d, f = m.hidden_size, m.intermediate_size
-  block = layers.Block(m, nnx.Rngs(params=0))
+  block = layers.Block(ModelSettings.from_config(m), nnx.Rngs(params=0))
   count = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(nnx.state(block, nnx.Param)))
   matrices = 4 * d * d + (3 if mlp != "gelu" else 2) * d * f  # q, k, v, out; MLP in (+gate), out
   biases = (3 * d + d + (2 if mlp != "gelu" else 1) * f + d + 2 * d) if bias else 0
@@ -208,8 +212,8 @@ def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config, caplog)
 
 
 def test_span_boundary_head_reads_only_the_boundaries_and_the_offset(micro_config):
-  model = model_lib.BertForPretraining(micro_config.model, 512, nnx.Rngs(params=0),
-                                       sbo_head=True)
+  model = model_lib.BertForPretraining(ModelSettings.from_config(micro_config.model), 512,
+                                       nnx.Rngs(params=0), sbo_head=True)
   batch = _row([2, 10, 11, 4, 4, 4, 14, 3], [])
   batch.update(masked_positions=np.array([[3, 4, 5]]), masked_span_left=np.array([[2, 2, 2]]),
                masked_span_right=np.array([[6, 6, 6]]), masked_span_offset=np.array([[0, 1, 2]]))

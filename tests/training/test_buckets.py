@@ -16,7 +16,7 @@ import pytest
 
 import storage_servers
 from conftest import REPO, assert_same_arrays, saved_state
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.training import workdir_lock
 
 pytestmark = pytest.mark.slow  # storage servers, and a two-process run killed and restarted

@@ -30,7 +30,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.data import paths
+from mlmjax import paths
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import units

@@ -75,11 +75,9 @@ class Masker:
 
   def __call__(self, batch: dict[str, np.ndarray], *, seed: int, step: int,
                example_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """-> a new dict: masked `input_ids`, plus `masked_positions` [B, P] int32 (ascending,
-    padding slots last with position 0), `masked_ids` [B, P] int32 (original tokens) and
-    `masked_weights` [B, P] float32 (1 real, 0 padding); P = max_predictions_per_seq. With
-    `span_boundaries`: `masked_span_left` / `masked_span_right` [B, P] int32, the positions
-    just outside the slot's unit, and `masked_span_offset`, the slot's place in it."""
+    """-> a new dict: masked `input_ids`, plus the prediction slots of
+    models/batch_schema.py (`PREDICTIONS`; P = max_predictions_per_seq) and, with
+    `span_boundaries`, its `SPAN_BOUNDARIES`."""
     ids = np.asarray(batch["input_ids"])
     example_ids = np.asarray(example_ids)
     s = self.settings

@@ -12,13 +12,14 @@ object storage differs in kind:
   - conditional writes (`create_if_absent`, `replace_if`, `delete_if`: GCS `ifGenerationMatch`,
     S3 `If-None-Match`/`If-Match`) are what the workdir lock is made of.
 
-Test servers and emulators: setting STORAGE_EMULATOR_HOST (what google-cloud-storage and gcsfs
-read) also points array_record's and tensorstore's (orbax) GCS readers at it; for S3 the
-standard AWS_ENDPOINT_URL serves s3fs (aiobotocore) and tensorstore alike.
+Test servers and emulators: with STORAGE_EMULATOR_HOST set (what google-cloud-storage and gcsfs
+read), `use_storage_emulator()` points array_record's and tensorstore's (orbax) GCS readers at
+it too; it runs where this module or a caller hands a bucket path to one of those libraries.
+For S3 the standard AWS_ENDPOINT_URL serves s3fs (aiobotocore) and tensorstore alike.
 
-Why data/: both the data layer (sources, prepared data, tokenizers) and training (the run
-folder, metrics, the lock) need it, and imports run training -> data, never back; parallel/ is
-about devices and processes, not files.
+Why at the top of the package, beside errors.py: every layer reads or writes files (data's
+sources and prepared data, training's run folder and lock, hf's exports), and it imports
+nothing of mlmjax, so any of them may import it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ import shutil
 REMOTE_SCHEMES = ("gs://", "s3://")
 
 
-def _configure_emulators() -> None:
+def use_storage_emulator() -> None:
+  """With STORAGE_EMULATOR_HOST set (a test server, an emulator), the GCS clients that do not
+  read it are pointed at it as well; a variable the user set is left as it is. Nothing without
+  it."""
   emulator = os.environ.get("STORAGE_EMULATOR_HOST")
   if emulator:
     url = emulator if "://" in emulator else f"http://{emulator}"
@@ -43,15 +47,12 @@ def _configure_emulators() -> None:
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 
-_configure_emulators()
-
-
 def is_remote(path: str) -> bool:
   return str(path).startswith(REMOTE_SCHEMES)
 
 
 def _epath(path: str):
-  _configure_emulators()  # an emulator set after import (tests) still counts
+  use_storage_emulator()
   from etils import epath  # pylint: disable=g-import-not-at-top  (slow; only for buckets)
   return epath.Path(path)
 
@@ -178,7 +179,7 @@ def has_magic(pattern: str) -> bool:
 
 
 def _filesystem(path: str):
-  _configure_emulators()
+  use_storage_emulator()
   import fsspec  # pylint: disable=g-import-not-at-top
   return fsspec.filesystem(path.split("://", 1)[0])
 
@@ -232,7 +233,7 @@ def _split(path: str) -> tuple[str, str]:
 
 
 def _gcs_blob(path: str):
-  _configure_emulators()
+  use_storage_emulator()
   from google.cloud import storage  # pylint: disable=g-import-not-at-top
   bucket, key = _split(path)
   if os.environ.get("STORAGE_EMULATOR_HOST"):

@@ -1,0 +1,287 @@
+"""Preparing data: a corpus tokenized once into the prepared format (prepared.py, which also
+writes and reads its manifest). `python -m mlmjax.prepare` is the command.
+
+What the output depends on is the `Plan`, read once from the config a run will train with: the
+tokenizer (`tokenizer.path`, else one trained on an even sample of the training split with
+`tokenizer.*`), the held-out split (`data.eval_every_nth_document`), document cutting
+(`data.max_document_chars`), the text field (`data.text_field`) and the token count sample
+(`masking.stats_max_documents`). Prepared with the config you train with, the folder gives
+exactly the batches the text gives.
+
+Work and memory. The unit of work is one output file (documents f, f + F, ... of a split):
+worker processes tokenize one file each at a time, holding one document and the writer's
+buffer, so memory does not grow with the corpus (beyond the text index: 28 bytes per document,
+text_files.py). A progress bar shows documents, tokens/s and the ETA.
+
+Resuming. A finished file is recorded in OUT/.prepare/ (its counts); killed and run again with
+the same plan, prepare keeps the tokenizer, stats and finished files and redoes only the others
+(a file cut short by the kill is written again from its start), so the result is
+byte-identical to an uninterrupted run. manifest.json is written last, once every file is done;
+until then OUT is not prepared data (training refuses it).
+
+Across machines. With `num_hosts=H, host_index=h` (every host the same plan and OUT, on a shared
+disk or a bucket): host 0 makes the tokenizer and stats, the others wait for them (at most
+`host_wait_s`); host h writes the files (split, f) of index h, h + H, ... in the task list;
+whichever host finishes the last file writes the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import tempfile
+import time
+
+from absl import logging
+from array_record.python import array_record_module
+import tqdm
+
+from mlmjax import errors
+from mlmjax import paths
+from mlmjax.data import documents
+from mlmjax.data import prepared
+from mlmjax.data import sources
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data import vocab_stats
+
+_PROGRESS_EVERY = 64  # documents between progress updates from a worker
+_STATE = ".prepare"  # OUT/.prepare/: the plan and one record per finished file
+_POLL_S = 5.0  # how often a host other than 0 looks for the tokenizer
+HOST_WAIT_S = 3600.0  # how long it looks before it gives up: host 0 may train a tokenizer
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What the output depends on: a resumed or parallel preparation must agree on all of it."""
+
+  source: str
+  text_field: str
+  eval_every_nth_document: int
+  max_document_chars: int
+  stats_max_documents: int
+  num_files: int
+  tokenizer: dict  # config.tokenizer's keys: the path of a model to use, or how to train one
+
+  @classmethod
+  def from_config(cls, config, source: str, num_files: int) -> "Plan":
+    d = config.data
+    return cls(source, d.text_field, d.eval_every_nth_document, d.max_document_chars,
+               config.masking.stats_max_documents, num_files, config.tokenizer.to_dict())
+
+  def to_json(self) -> str:
+    return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+@dataclasses.dataclass
+class _FileWriter:
+  """What a worker process writes files with: made once per process by the pool's
+  initializer (`_start_worker`), then called once per file."""
+
+  splits: dict[str, sources.TextSource]
+  tok: tokenizer_lib.Tokenizer
+  out: str
+  num_files: int
+  dtype: str
+  progress: object  # a multiprocessing Value: documents done, shared by every worker
+  tokens: object  # likewise: tokens written
+
+  def __call__(self, task: tuple[str, int]) -> tuple[str, dict[str, int]]:
+    """Tokenizes documents f, f + F, ... of a split into its file f, then records it done."""
+    split, f = task
+    docs, out = self.splits[split], self.out
+    name = prepared.file_name(split, f, self.num_files)
+    counts = {"documents": 0, "sentences": 0, "tokens": 0, "empty_documents": 0}
+    # Written under a temporary name (local) or locally and uploaded (bucket): a kill never
+    # leaves a file that looks complete.
+    tmp_dir = tempfile.mkdtemp(prefix="mlmjax-prepare-") if paths.is_remote(out) else None
+    tmp = os.path.join(tmp_dir or os.path.join(out, _STATE), name + ".partial")
+    writer = array_record_module.ArrayRecordWriter(tmp, prepared.WRITER_OPTIONS)
+    pending_docs = pending_tokens = 0
+    try:
+      for i in range(f, len(docs), self.num_files):
+        sentences = documents.tokenize(self.tok, docs[i])
+        writer.write(prepared.encode_record(sentences, self.dtype))
+        n_tokens = sum(len(s) for s in sentences)
+        counts["documents"] += 1
+        counts["sentences"] += len(sentences)
+        counts["tokens"] += n_tokens
+        counts["empty_documents"] += not sentences
+        pending_docs, pending_tokens = pending_docs + 1, pending_tokens + n_tokens
+        if pending_docs == _PROGRESS_EVERY:
+          self._report(pending_docs, pending_tokens)
+          pending_docs = pending_tokens = 0
+    finally:
+      writer.close()
+    self._report(pending_docs, pending_tokens)
+    if tmp_dir:
+      try:
+        paths.upload(tmp, paths.join(out, name))
+      finally:
+        os.remove(tmp)
+        os.rmdir(tmp_dir)
+    else:
+      os.replace(tmp, os.path.join(out, name))
+    paths.write_atomic(_done_path(out, split, f, self.num_files), json.dumps(counts))
+    return split, counts
+
+  def _report(self, docs: int, tokens: int) -> None:
+    for counter, n in ((self.progress, docs), (self.tokens, tokens)):
+      with counter.get_lock():
+        counter.value += n
+
+
+# A pool's worker calls functions by name, so the writer its initializer made lives here: one
+# per worker process (None in the parent, which uses its own writer when workers=0).
+_process_writer: _FileWriter | None = None
+
+
+def _start_worker(*fields) -> None:
+  global _process_writer
+  splits, tokenizer_bytes, *rest = fields
+  _process_writer = _FileWriter(splits, tokenizer_lib.from_bytes(tokenizer_bytes), *rest)
+
+
+def _write_in_worker(task: tuple[str, int]) -> tuple[str, dict[str, int]]:
+  return _process_writer(task)
+
+
+def _done_path(out: str, split: str, f: int, num_files: int) -> str:
+  return paths.join(out, _STATE, prepared.file_name(split, f, num_files) + ".json")
+
+
+def _tokenize(splits: dict, tok, out: str, num_files: int, workers: int, tasks: list,
+              total: int, done_docs: int) -> None:
+  """Writes the files of `tasks`, showing documents, tokens/s and the ETA."""
+  ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited threads
+  progress, tokens = ctx.Value("q", done_docs), ctx.Value("q", 0)
+  dtype = prepared.id_dtype(tok.vocab_size)
+  start = time.perf_counter()
+
+  def update(bar):
+    bar.update(progress.value - bar.n)
+    bar.set_postfix_str(f"{tokens.value / max(time.perf_counter() - start, 1e-9):,.0f} tokens/s",
+                        refresh=False)
+
+  with tqdm.tqdm(total=total, initial=done_docs, unit=" documents", desc="Tokenizing",
+                 smoothing=0.1) as bar:
+    if workers == 0:
+      write = _FileWriter(splits, tok, out, num_files, dtype, progress, tokens)
+      for task in tasks:
+        write(task)
+        update(bar)
+    else:
+      fields = (splits, tok.to_bytes(), out, num_files, dtype, progress, tokens)
+      with ctx.Pool(workers, _start_worker, fields) as pool:
+        pending = pool.map_async(_write_in_worker, tasks, chunksize=1)
+        while not pending.ready():
+          pending.wait(0.2)
+          update(bar)
+        pending.get()
+      update(bar)
+  seconds = time.perf_counter() - start
+  logging.info("Tokenized %s tokens in %.1f s (%s tokens/s)", f"{tokens.value:,}", seconds,
+               f"{tokens.value / max(seconds, 1e-9):,.0f}")
+
+
+def _start_or_resume(out: str, plan: Plan) -> None:
+  """Creates OUT/.prepare/plan.json, or checks that a preparation already there is this one."""
+  plan_path = paths.join(out, _STATE, "plan.json")
+  text = plan.to_json()
+  if paths.exists(paths.join(out, prepared.MANIFEST)) or (
+      paths.exists(out) and not paths.exists(plan_path)
+      and (not paths.isdir(out) or paths.listdir(out))):
+    raise errors.UserError(f"--out={out} exists and is not an empty folder; remove it or choose"
+                           " another")
+  paths.makedirs(paths.join(out, _STATE))
+  if paths.exists(plan_path):
+    if paths.read_text(plan_path) != text:
+      raise errors.UserError(
+          f"--out={out} holds an unfinished preparation with other settings (see"
+          f" {plan_path}); run it with those, or remove the folder")
+    return
+  paths.write_atomic(plan_path, text)  # two hosts at once write the same text
+
+
+def _tokenizer_and_stats(config, plan: Plan, train, out: str, host_index: int,
+                         host_wait_s: float):
+  """Host 0 makes (or, resumed, reloads) them in OUT; the other hosts wait for them."""
+  saved = {k: paths.join(out, n) for k, n in prepared.TOKENIZERS.items()}
+  stats_path = paths.join(out, prepared.STATS)
+  if host_index != 0:
+    logging.info("Waiting for host 0 to write %s", stats_path)
+    deadline = time.monotonic() + host_wait_s
+    while not paths.exists(stats_path):  # written after the tokenizer
+      if time.monotonic() >= deadline:
+        waited = f"{host_wait_s / 60:g} min" if host_wait_s >= 60 else f"{host_wait_s:g} s"
+        raise errors.UserError(
+            f"host {host_index}: host 0 has not written {stats_path} in {waited}"
+            " (--host_wait_minutes); run the same command with --host_index=0 (its log says"
+            " what it is doing), then run this one again")
+      time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
+    return tokenizer_lib.load(next(p for p in saved.values() if paths.exists(p)))
+  tok = tokenizer_lib.get_tokenizer(config.tokenizer, train, saved)
+  vocab_stats.get_vocab_stats(tok, train, stats_path, plan.stats_max_documents)
+  return tok
+
+
+def prepare(config, source: str, out: str, num_files: int = 64, workers: int = 0,
+            num_hosts: int = 1, host_index: int = 0,
+            host_wait_s: float = HOST_WAIT_S) -> dict | None:
+  """Makes (or resumes) the prepared folder `out` from `source`; returns its manifest, or None
+  on a host whose part is done while others' are not."""
+  if prepared.is_prepared(source):
+    raise errors.DataError(f"--source={source!r} is prepared already; give the text it came"
+                           " from")
+  if num_files < 1 or workers < 0:
+    raise errors.UserError("--num_files must be >= 1 and --workers >= 0")
+  if not 0 <= host_index < num_hosts:
+    raise errors.UserError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
+  out = paths.expand(out).rstrip("/")
+  start = time.perf_counter()
+  plan = Plan.from_config(config, source, num_files)
+  train, held_out = sources.load_splits(source, plan.eval_every_nth_document,
+                                        plan.max_document_chars, plan.text_field)
+  logging.info("Data %r: %d training / %d held-out documents", source, len(train),
+               len(held_out))
+  _start_or_resume(out, plan)
+  tok = _tokenizer_and_stats(config, plan, train, out, host_index, host_wait_s)
+  splits = {"train": train, "eval": held_out}
+  every = [(s, f) for s in prepared.SPLITS for f in range(num_files)]
+  mine = every[host_index::num_hosts]
+  todo = [t for t in mine if not paths.exists(_done_path(out, *t, num_files))]
+  docs_of = lambda tasks: sum(len(range(f, len(splits[s]), num_files)) for s, f in tasks)
+  logging.info("Tokenizing into %d files per split with %d worker processes%s", num_files,
+               workers, f" (host {host_index} of {num_hosts}: {len(mine)} files)"
+               if num_hosts > 1 else "")
+  if len(todo) < len(mine):
+    logging.info("Resuming: %d of %d files are done already", len(mine) - len(todo), len(mine))
+  if todo:
+    _tokenize(splits, tok, out, num_files, workers, todo, total=docs_of(mine),
+              done_docs=docs_of(mine) - docs_of(todo))
+  return _finish(out, plan, tok, every, start)
+
+
+def _finish(out: str, plan: Plan, tok, every, start: float) -> dict | None:
+  """The manifest, once every host's files are done (written by whoever sees that first)."""
+  counts = {s: {} for s in prepared.SPLITS}
+  for s, f in every:
+    done = _done_path(out, s, f, plan.num_files)
+    if not paths.exists(done):
+      logging.info("This host's files are done; %s waits for other hosts' files", out)
+      return None
+    for k, v in json.loads(paths.read_text(done)).items():
+      counts[s][k] = counts[s].get(k, 0) + v
+  manifest = prepared.write_manifest(
+      out, source=plan.source, tok=tok, eval_every_nth_document=plan.eval_every_nth_document,
+      max_document_chars=plan.max_document_chars,
+      stats_max_documents=plan.stats_max_documents, num_files=plan.num_files, counts=counts)
+  paths.rmtree(paths.join(out, _STATE))
+  tokens = sum(c["tokens"] for c in counts.values())
+  logging.info("Prepared %s: %s training / %s held-out documents, %s tokens, tokenizer %s (%s"
+               " pieces), in %.1f s", out, f"{counts['train']['documents']:,}",
+               f"{counts['eval']['documents']:,}", f"{tokens:,}",
+               manifest["tokenizer"]["fingerprint"], f"{tok.vocab_size:,}",
+               time.perf_counter() - start)
+  return manifest
