@@ -127,7 +127,7 @@ class _FineTuner(loop.StepLoop):
         "warmup_steps": round(config.train.warmup_fraction * self.total)})
     self.setup = train_state.sharded_setup(
         lambda: classifier.SequenceClassifier(
-            train_state.build_model(encoder_config, vocab_size, config.seed),
+            train_state.build_model(encoder_config, vocab_size, config.seed, self.mesh),
             encoder_config.model, self.data.num_outputs, nnx.Rngs(params=config.seed + 1),
             config.model.pooling),
         optimizer.make_optimizer(optimizer_config), self.mesh, pre_config.mesh.rules,

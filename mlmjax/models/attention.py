@@ -73,12 +73,10 @@ def reference(q, k, v, segment_ids, dropout=None, window: int = 0, local=False):
   return jnp.einsum("bnts,bsnh->btnh", probs.astype(v.dtype), v)
 
 
-def resolve(impl: str, dtype, seq_len: int, platform: str | None = None) -> str:
-  """The kernel `auto` stands for on `platform` (default: the compile target's); others are
-  returned as they are."""
+def resolve(impl: str, dtype, seq_len: int, platform: str) -> str:
+  """The kernel `auto` stands for on `platform`; others are returned as they are."""
   if impl != "auto":
     return impl
-  platform = platform or compile_target.platform()
   if platform == "tpu" and seq_len % 128 == 0:
     return "splash"
   if platform == "gpu" and jnp.dtype(dtype) in _HALF:
@@ -88,9 +86,9 @@ def resolve(impl: str, dtype, seq_len: int, platform: str | None = None) -> str:
 
 def check(impl: str, dtype, seq_len: int, platform: str | None = None,
           window: int = 0) -> str | None:
-  """Why `impl` cannot run on `platform` (default: the compile target's; a sentence for the
-  config error), or None."""
-  platform = platform or compile_target.platform()
+  """Why `impl` cannot run on `platform` (default: this machine's; a sentence for the config
+  error), or None."""
+  platform = platform or compile_target.platform(None)
   if impl == "pallas_gpu" and window:
     return "has no sliding-window attention (model.local_attention_window)"
   impl = resolve(impl, dtype, seq_len, platform)
@@ -104,16 +102,18 @@ def check(impl: str, dtype, seq_len: int, platform: str | None = None,
 
 
 def attend(q, k, v, segment_ids, impl: str = "xla", interpret: bool = False, window: int = 0,
-           local=False):
+           local=False, target: compile_target.Target | None = None):
   """Attention of [B, T, N, H] q/k/v within packed sequences; `impl` as in IMPLEMENTATIONS
-  (`auto` resolved for this platform); `interpret` runs the Pallas kernels on any backend."""
-  impl = resolve(impl, q.dtype, q.shape[1])
+  (`auto` resolved for the platform of `target`, default this machine's); `interpret` runs
+  the Pallas kernels on any backend; on a `target` mesh of several devices they run on each
+  device's shard."""
+  impl = resolve(impl, q.dtype, q.shape[1], compile_target.platform(target))
   if impl in ("xla", "cudnn"):
     return jax.nn.dot_product_attention(q, k, v, mask=mask(segment_ids, window, local),
                                         implementation=impl)
   if impl == "splash":
     splash = lambda w: _per_device(
-        lambda *a: _splash(*a, interpret=interpret, window=w), q, k, v, segment_ids)
+        lambda *a: _splash(*a, interpret=interpret, window=w), q, k, v, segment_ids, target)
     if not window:
       return splash(0)
     if isinstance(local, bool):
@@ -121,15 +121,15 @@ def attend(q, k, v, segment_ids, impl: str = "xla", interpret: bool = False, win
     # A traced `local` (scanned layers): both variants compiled, one runs.
     return jax.lax.cond(local, lambda: splash(window), lambda: splash(0))
   if impl == "pallas_gpu":
-    return _per_device(lambda *a: _pallas_gpu(*a, interpret=interpret), q, k, v, segment_ids)
+    return _per_device(lambda *a: _pallas_gpu(*a, interpret=interpret), q, k, v, segment_ids,
+                       target)
   raise ValueError(f"unknown attention implementation {impl!r}")
 
 
-def _per_device(kernel, q, k, v, segment_ids):
-  """`kernel(q, k, v, segment_ids)` on each device's shard of the compile target's mesh
-  (see the module docstring); as it is on one device or outside a target. A dimension the
-  mesh axes do not divide (a batch of 1, 2 heads on tensor=4) stays whole on every device."""
-  target = compile_target.current()
+def _per_device(kernel, q, k, v, segment_ids, target: compile_target.Target | None):
+  """`kernel(q, k, v, segment_ids)` on each device's shard of the target's mesh (see the
+  module docstring); as it is on one device or without a target. A dimension the mesh axes
+  do not divide (a batch of 1, 2 heads on tensor=4) stays whole on every device."""
   if target is None or target.mesh.size == 1:
     return kernel(q, k, v, segment_ids)
   mesh = target.mesh

@@ -63,9 +63,9 @@ _POLICIES = {
 
 def compute_dtype(name: str, platform: str | None = None) -> jnp.dtype:
   """model.dtype -> the activations' dtype; 'auto' is bfloat16 on TPU/GPU, float32 on CPU
-  (the platform compiled for: compile_target.py)."""
+  (`platform`: the one compiled for, compile_target.py; default this machine's)."""
   if name == "auto":
-    platform = platform or compile_target.platform()
+    platform = platform or compile_target.platform(None)
     return jnp.bfloat16 if platform in ("tpu", "gpu") else jnp.float32
   return jnp.dtype(name)
 
@@ -158,17 +158,19 @@ class LayerStack:
   """The encoder's blocks (a list, or one module of stacked parameters under `scan_layers`)
   and, pre-LN, the final norm, as attributes of the model or tower that holds them."""
 
-  def init_stack(self, cfg: ModelSettings, rngs: nnx.Rngs, name: str) -> None:
-    """`name`: the path of `blocks` in the whole model's parameters (FSDP's layer shardings)."""
+  def init_stack(self, cfg: ModelSettings, rngs: nnx.Rngs, name: str,
+                 target: compile_target.Target | None) -> None:
+    """`name`: the path of `blocks` in the whole model's parameters (FSDP's layer shardings);
+    `target`: the mesh it is built for (compile_target.py; None: this machine)."""
     self.stack_name = name
-    self.dtype = compute_dtype(cfg.dtype)
+    self.dtype = compute_dtype(cfg.dtype, compile_target.platform(target))
     self.use_rope = cfg.position_embedding_type == "rope"
     self.head_size = cfg.hidden_size // cfg.num_heads
     self.max_positions = cfg.max_position_embeddings
     self.rope_bases = (cfg.rope_base, cfg.local_rope_base)
     self.local_every = cfg.global_attention_every if cfg.local_attention_window else 0
     # Built one by one in both layouts, so a scanned model starts from the same weights.
-    blocks = [layers.Block(cfg, rngs) for _ in range(cfg.num_layers)]
+    blocks = [layers.Block(cfg, rngs, target) for _ in range(cfg.num_layers)]
     self.scan_layers = cfg.scan_layers
     self.blocks = _stack(blocks) if cfg.scan_layers else nnx.List(blocks)
     self.num_layers = cfg.num_layers
@@ -227,10 +229,11 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
   `sbo_head` the span-boundary head on the same masked positions."""
 
   def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs,
-               nsp_head: bool = False, sbo_head: bool = False):
+               nsp_head: bool = False, sbo_head: bool = False,
+               target: compile_target.Target | None = None):
     d, std = cfg.hidden_size, cfg.initializer_range
     self.init_embeddings(cfg, vocab_size, d, rngs)
-    self.init_stack(cfg, rngs, "blocks")
+    self.init_stack(cfg, rngs, "blocks", target)
     self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
     self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias

@@ -24,6 +24,7 @@ from flax import nnx
 from mlmjax.errors import ConfigError
 from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
+from mlmjax.models import compile_target
 from mlmjax.models import layers
 from mlmjax.models import special_ids
 from mlmjax.models.settings import ModelSettings
@@ -43,11 +44,12 @@ def generator_settings(model: ModelSettings, fraction: float) -> ModelSettings:
 class Tower(nnx.Module, model_lib.LayerStack):
   """An encoder stack over the shared embeddings (projected when the widths differ)."""
 
-  def __init__(self, cfg: ModelSettings, width: int, rngs: nnx.Rngs, name: str):
+  def __init__(self, cfg: ModelSettings, width: int, rngs: nnx.Rngs, name: str,
+               target: compile_target.Target | None):
     d = cfg.hidden_size
     self.projection = (layers.Dense(rngs, (width, d), ("embed", None), cfg.initializer_range)
                        if width != d else None)
-    self.init_stack(cfg, rngs, f"{name}/blocks")
+    self.init_stack(cfg, rngs, f"{name}/blocks", target)
 
   def __call__(self, x, batch, dropout_key=None, constrain_layer=None):
     if self.projection is not None:
@@ -58,17 +60,17 @@ class Tower(nnx.Module, model_lib.LayerStack):
 class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
 
   def __init__(self, cfg: ModelSettings, generator_fraction: float, vocab_size: int,
-               rngs: nnx.Rngs):
+               rngs: nnx.Rngs, target: compile_target.Target | None = None):
     width = cfg.embedding_size or cfg.hidden_size
     std, eps, bias = cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
     self.init_embeddings(cfg, vocab_size, width, rngs)
     gen = generator_settings(cfg, generator_fraction)
-    self.generator = Tower(gen, width, rngs, "generator")
+    self.generator = Tower(gen, width, rngs, "generator", target)
     # The generator's MLM head maps back to the embedding width for the tied decoder.
     self.mlm_transform = layers.Dense(rngs, (gen.hidden_size, width), ("embed", None), std, bias)
     self.mlm_norm = layers.LayerNorm(width, eps, bias)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
-    self.discriminator = Tower(cfg, width, rngs, "discriminator")
+    self.discriminator = Tower(cfg, width, rngs, "discriminator", target)
     d = cfg.hidden_size
     self.rtd_dense = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
     self.rtd_out = layers.Dense(rngs, (d, 1), ("embed", None), std, bias)

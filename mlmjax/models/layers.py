@@ -22,6 +22,7 @@ import numpy as np
 from flax import nnx
 
 from mlmjax.models import attention
+from mlmjax.models import compile_target
 from mlmjax.models.settings import ModelSettings
 
 
@@ -104,7 +105,7 @@ class SelfAttention(nnx.Module):
   The q/k/v kernel is stored [3, D, N, H] (named axes for sharding) and used as one [D, 3NH]
   matmul, which XLA lays out without transposes of the activations."""
 
-  def __init__(self, cfg: ModelSettings, rngs):
+  def __init__(self, cfg: ModelSettings, rngs, target: compile_target.Target | None = None):
     d, n = cfg.hidden_size, cfg.num_heads
     h = d // n
     std = cfg.initializer_range
@@ -115,6 +116,7 @@ class SelfAttention(nnx.Module):
     self.attention_dropout = cfg.attention_dropout_rate
     self.impl = cfg.attention_impl
     self.window = cfg.local_attention_window
+    self.target = target  # the mesh the kernels run on (compile_target.py)
 
   def __call__(self, x_btd, segment_ids, key, rope=None, local=False):
     dt = x_btd.dtype
@@ -135,7 +137,7 @@ class SelfAttention(nnx.Module):
           window=self.window, local=local)
     else:
       ctx_btnh = attention.attend(q, k, v, segment_ids, self.impl, window=self.window,
-                                  local=local)
+                                  local=local, target=self.target)
     y = ctx_btnh.reshape(b, t, n * h) @ self.out_kernel[...].astype(dt).reshape(n * h, d)
     return y if self.out_bias is None else y + self.out_bias[...].astype(dt)
 
@@ -154,9 +156,9 @@ class Block(nnx.Module):
   index is a multiple of `model.global_attention_every`.
   """
 
-  def __init__(self, cfg: ModelSettings, rngs):
+  def __init__(self, cfg: ModelSettings, rngs, target: compile_target.Target | None = None):
     d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
-    self.attention = SelfAttention(cfg, rngs)
+    self.attention = SelfAttention(cfg, rngs, target)
     self.attention_norm = LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
     self.gated = cfg.mlp != "gelu"
     shape, axes = ((d, 2, f), ("embed", None, "mlp")) if self.gated else ((d, f), ("embed", "mlp"))

@@ -58,15 +58,15 @@ class Setup:
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
-    with _for_mesh(self.mesh):  # the kernels' shard_map and `auto` choices follow the mesh
-      return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
-          sharding.gather_for_compute(p, self.layer_shardings[name],
-                                      self.stored_layer_shardings[name])))
+    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+        sharding.gather_for_compute(p, self.layer_shardings[name],
+                                    self.stored_layer_shardings[name])))
 
 
-def _for_mesh(mesh):
-  """Build and trace the model for `mesh` (models/compile_target.py), not this machine."""
-  return compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",))
+def target(mesh: jax.sharding.Mesh) -> compile_target.Target:
+  """What a model built for `mesh` is told of it (models/compile_target.py): its platform and
+  how the batch and the heads are split, whatever devices this machine has."""
+  return compile_target.Target(mesh, sharding.BATCH_AXES, ("tensor",))
 
 
 def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
@@ -85,15 +85,16 @@ def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
   return out
 
 
-def build_model(config, vocab_size: int, seed: int) -> nnx.Module:
-  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA)."""
+def build_model(config, vocab_size: int, seed: int, mesh: jax.sharding.Mesh) -> nnx.Module:
+  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA), for `mesh`."""
   model = ModelSettings.from_config(config.model)
   if config.objective.kind == "electra":
     return electra.ElectraForPretraining(model, config.objective.generator_fraction, vocab_size,
-                                         nnx.Rngs(params=seed))
+                                         nnx.Rngs(params=seed), target(mesh))
   return bert.BertForPretraining(model, vocab_size, nnx.Rngs(params=seed),
                                  nsp_head=formats.has_pair_labels(config.data.format),
-                                 sbo_head=config.objective.span_boundary_weight > 0)
+                                 sbo_head=config.objective.span_boundary_weight > 0,
+                                 target=target(mesh))
 
 
 def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
@@ -110,7 +111,7 @@ def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
 def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
   """The pretraining model of `config` with its optimizer (`config.train`), sharded by
   `config.mesh.rules`."""
-  return sharded_setup(lambda: build_model(config, vocab_size, config.seed),
+  return sharded_setup(lambda: build_model(config, vocab_size, config.seed, mesh),
                        optimizer.make_optimizer(config.train), mesh, config.mesh.rules,
                        config.model.scan_layers)
 
@@ -118,8 +119,8 @@ def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
 def with_model(setup: Setup, config, vocab_size: int) -> Setup:
   """`setup` running the pretraining model of `config`, whose architecture differs at most in
   what is not a parameter (a phase's rotary base): same parameters, optimizer, shardings."""
-  with _for_mesh(setup.mesh):
-    abstract_model = nnx.eval_shape(lambda: build_model(config, vocab_size, config.seed))
+  abstract_model = nnx.eval_shape(
+      lambda: build_model(config, vocab_size, config.seed, setup.mesh))
   graphdef, _ = nnx.split(abstract_model)
   return dataclasses.replace(setup, graphdef=graphdef)
 
@@ -130,8 +131,7 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
   shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded, so
   full parameters are never materialised on one device. `rules`: the logical axis rules;
   `scan_layers`: whether the layer stacks are stacked arrays (their per-layer shardings)."""
-  with _for_mesh(mesh):  # model.dtype='auto' is the mesh's platform's
-    abstract_model = nnx.eval_shape(build)
+  abstract_model = nnx.eval_shape(build)
   graphdef, abstract_params_state = nnx.split(abstract_model)
   param_shardings = sharding.param_shardings(abstract_params_state, mesh, rules)
 

@@ -22,7 +22,6 @@ from configs import tiny
 from conftest import REPO, user_env
 from mlmjax import errors
 from mlmjax.models import attention
-from mlmjax.models import compile_target
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
@@ -141,8 +140,8 @@ def test_sharded_splash_matches_the_reference_on_eight_devices():
 
   @jax.jit
   def sharded(q, k, v, seg):
-    with compile_target.on(mesh, sharding.BATCH_AXES, ("tensor",)):
-      return attention.attend(q, k, v, seg, "splash", interpret=True, window=32, local=True)
+    return attention.attend(q, k, v, seg, "splash", interpret=True, window=32, local=True,
+                            target=train_state.target(mesh))
 
   got = sharded(q, k, v, seg)
   want = attention.reference(q, k, v, seg, window=32, local=True)
