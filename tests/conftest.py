@@ -8,6 +8,8 @@ synthetic_steps.py import by their bare names. `@pytest.mark.slow` marks the end
 `python -m pytest -m "not slow"` is the fast tier, `python -m pytest` runs everything."""
 
 import atexit
+import json
+import logging
 import os
 import shutil
 import sys
@@ -115,8 +117,6 @@ def assert_resumes_exactly(config, straight, split, stop_after, caplog):
   ignored `stop_after` or retrained from step 0 fails: the first run's newest checkpoint is
   `stop_after`, the second logs restoring it and logs no training step a second time.
   Returns the two final states (straight, split)."""
-  import json  # pylint: disable=g-import-not-at-top
-  import logging  # pylint: disable=g-import-not-at-top
   from mlmjax.training import train  # pylint: disable=g-import-not-at-top
   train.train_and_evaluate(config, split, stop_after=stop_after)
   assert latest_step(split) == stop_after

@@ -17,6 +17,8 @@ After pretraining the discriminator is the model (export, fine-tuning: `encode`)
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -31,14 +33,15 @@ from mlmjax.models.settings import ModelSettings
 
 
 def generator_settings(model: ModelSettings, fraction: float) -> ModelSettings:
-  """The discriminator's settings with width, heads and MLP scaled by `fraction`
-  (objective.generator_fraction, checked here)."""
+  """The generator's settings: the discriminator's with width, heads and MLP scaled by
+  `fraction` (objective.generator_fraction, checked here; dataclasses.replace checks the
+  rest as for any settings)."""
   width, heads = round(model.hidden_size * fraction), max(1, round(model.num_heads * fraction))
   if not 0 < fraction <= 1 or width < 1 or width % heads:
     raise ConfigError(f"objective.generator_fraction={fraction} must be in (0, 1] and give a"
                       f" generator width ({width}) divisible by its heads ({heads})")
-  return model.replace(hidden_size=width, num_heads=heads,
-                       intermediate_size=round(model.intermediate_size * fraction))
+  return dataclasses.replace(model, hidden_size=width, num_heads=heads,
+                             intermediate_size=round(model.intermediate_size * fraction))
 
 
 class Tower(nnx.Module, model_lib.LayerStack):

@@ -97,8 +97,3 @@ class ModelSettings:
   @property
   def head_size(self) -> int:
     return self.hidden_size // self.num_heads
-
-  def replace(self, **changes) -> "ModelSettings":
-    """A copy with `changes` (checked like any settings): a phase's rotary base, ELECTRA's
-    generator."""
-    return dataclasses.replace(self, **changes)

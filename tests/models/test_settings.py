@@ -50,8 +50,8 @@ def test_each_rule_is_one_line_naming_the_key(changes, message):
 
 def test_a_changed_copy_is_checked_too():
   with pytest.raises(ConfigError, match="model.num_heads=7"):
-    _settings().replace(num_heads=7)
-  assert _settings().replace(rope_base=5.0).rope_base == 5.0
+    dataclasses.replace(_settings(), num_heads=7)
+  assert dataclasses.replace(_settings(), rope_base=5.0).rope_base == 5.0
   # ELECTRA's generator is a changed copy: its width must still split into its heads.
   assert electra.generator_settings(_settings(), 1 / 3).hidden_size == 256
   with pytest.raises(ConfigError) as e:
