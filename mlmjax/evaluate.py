@@ -40,11 +40,11 @@ _BATCHES = flags.DEFINE_integer("batches", None,
                                 "Batches to score (default: the run's train.eval_batches).")
 
 
-def _mesh(config):
+def _mesh(settings):
   """The run's mesh shape on this machine's devices if it fits, else one device."""
   try:
-    config_check.check_mesh(config)
-    return sharding.make_mesh(config.mesh)
+    config_check.check_mesh(settings)
+    return sharding.make_mesh(settings.mesh)
   except errors.ConfigError as e:
     logging.info("%s: evaluating on one device", e)
     return None
@@ -55,21 +55,20 @@ def evaluate(path: str, source: str = "", step: int | None = None,
   """The metrics of checkpoint `step` (default: the latest) of the run in `path`."""
   run_dir = workdir_lib.Workdir(path)
   run = finished_run.load(path, step, _mesh(run_dir.load_config()))
-  config = run.config
+  s = run.settings
   if mask_rate is not None:
-    config.eval.mask_rate = mask_rate
+    s = s.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
   if batches is not None:
-    config.train.eval_batches = batches
-  config_check.check(config, run.setup.mesh.size)  # the overrides' rules, one-line errors
-  run_input = input_lib.held_out_input(config, run_dir.saved_tokenizer(),
-                                       run_dir.vocab_stats, source)
-  # The shapes of the run's last phase: what its final evaluation used.
-  phase_config = phases_lib.phase_config(config, phases_lib.plan(config)[-1])
+    s = s.replace(train={"eval_batches": batches})
+  run_input = input_lib.held_out_input(
+      s.data, s.masking, input_lib.HeldOut(s.eval.mask_rate, s.train.eval_batches),
+      s.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
+      source)
   out = train.heldout_metrics(steps.make_eval_step(run.setup), run.state["params"], run_input,
-                       phase_config, run.setup.mesh)
-  return {"workdir": path, "step": run.step, "source": source or config.data.source,
-          "documents": len(run_input.eval_source), "mask_rate": config.eval.mask_rate,
-          "batches": config.train.eval_batches,
+                              phases_lib.plan(s)[-1], run.setup.mesh)
+  return {"workdir": path, "step": run.step, "source": source or s.data.source,
+          "documents": len(run_input.eval_source), "mask_rate": s.eval.mask_rate,
+          "batches": s.train.eval_batches,
           **{k.removeprefix("eval/"): v for k, v in out.items()}}
 
 

@@ -41,7 +41,8 @@ def main(argv):
   with errors.reported_in_one_line():
     run = finished_run.load(_WORKDIR.value, _STEP.value)
     exporter.export(run, _OUT.value)
-    kind = _FAMILY_NAMES[hf_convert.export_arch(run.config).model_type]
+    arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
+    kind = _FAMILY_NAMES[arch.model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
     if _VERIFY.value and importlib.util.find_spec("torch") is None:

@@ -31,11 +31,10 @@ _RAW_TOO = flags.DEFINE_bool("raw_too", False, "With prepared data, also measure
 
 def main(argv):
   del argv
-  config = _CONFIG.value
-  config_check.check(config)
-  raw = benchmark.raw_text_config(config) if _RAW_TOO.value else None
-  for c in [config] + ([raw] if raw is not None else []):
-    print(json.dumps(benchmark.input_throughput(c, _SECONDS.value)), flush=True)
+  settings = config_check.checked(_CONFIG.value)
+  raw = benchmark.raw_text_settings(settings) if _RAW_TOO.value else None
+  for s in [settings] + ([raw] if raw is not None else []):
+    print(json.dumps(benchmark.input_throughput(s, _SECONDS.value)), flush=True)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ class Predictor:
 
   def __init__(self, workdir: str):
     run = finished_run.load(workdir)
-    self.config, self.tok, self.step = run.config, run.tokenizer, run.step
+    self.model, self.tok, self.step = run.settings.model, run.tokenizer, run.step
     self.forward = run.forward
 
   def encode(self, text: str) -> list[int]:
@@ -47,7 +47,7 @@ class Predictor:
   def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """Per [MASK] in `text`, the top-k (piece, probability) fills."""
     ids = self.encode(text)
-    limit = self.config.model.max_position_embeddings
+    limit = self.model.max_position_embeddings
     if len(ids) > limit:
       raise errors.UserError(f"text is {len(ids)} tokens; this model takes at most {limit}")
     positions = [i for i, t in enumerate(ids) if t == special_ids.MASK_ID]

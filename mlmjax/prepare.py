@@ -27,6 +27,7 @@ from ml_collections import config_flags
 
 from mlmjax import errors
 from mlmjax.data import preparation
+from mlmjax.training.settings import RunSettings
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/base.py", "The config you will train with (its tokenizer, split and"
@@ -58,8 +59,11 @@ def main(argv):
           file=sys.stderr)
     sys.exit(1)
   with errors.reported_in_one_line(_VERBOSE.value):
-    preparation.prepare(config, _SOURCE.value, _OUT.value, _NUM_FILES.value, _WORKERS.value,
-                        _NUM_HOSTS.value, _HOST_INDEX.value, _HOST_WAIT.value * 60)
+    s = RunSettings.from_config(config)
+    plan = preparation.Plan.of(s.data, s.tokenizer, s.masking.stats_max_documents,
+                               _SOURCE.value, _NUM_FILES.value)
+    preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
+                        _HOST_WAIT.value * 60)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def vocab_stats_for_tests(tokenizer_path, corpus):
 def make_masker(vocab_stats_for_tests):
   """config -> the Masker a run with that config would use (session tokenizer's tables)."""
   from mlmjax.data import masking  # pylint: disable=g-import-not-at-top
-  return lambda config: masking.Masker(config.masking, vocab_stats_for_tests)
+  return lambda config: masking.Masker(masking.Settings.from_config(config.masking),
+                                       vocab_stats_for_tests)
 
 
 @pytest.fixture
@@ -99,6 +100,41 @@ def micro_config(tokenizer_path):
   config.train.eval_batches = 2
   config.train.checkpoint_every_steps = 4
   return config
+
+
+def train_iter(config, tok, source, masker, word_start=None, first_step=0):
+  """data/pipeline.py's training iterator of a config's base shape (its data.seq_len,
+  train.batch_size and seed)."""
+  from mlmjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  s = RunSettings.from_config(config)
+  return pipeline.make_train_iter(s.data, tok, source, masker, batch_size=s.train.batch_size,
+                                  seq_len=s.data.seq_len, seed=s.seed, word_start=word_start,
+                                  first_step=first_step)
+
+
+def eval_iter(config, tok, source, masker, word_start=None):
+  """data/pipeline.py's held-out iterator of a config's base shape (train.eval_batches)."""
+  from mlmjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  s = RunSettings.from_config(config)
+  return pipeline.make_eval_iter(s.data, tok, source, masker, batch_size=s.train.batch_size,
+                                 seq_len=s.data.seq_len, seed=s.seed,
+                                 num_batches=s.train.eval_batches, word_start=word_start)
+
+
+def build_input(config, tokenizer_paths, stats_path):
+  """A run's input (training/train_state.build_input) from a config."""
+  from mlmjax.training import train_state  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  return train_state.build_input(RunSettings.from_config(config), tokenizer_paths, stats_path)
+
+
+def base_shape(config):
+  """The config's run as one phase (training/phases.base_shape)."""
+  from mlmjax.training import phases  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  return phases.base_shape(RunSettings.from_config(config))
 
 
 def saved_state(workdir, step=None):
@@ -189,3 +225,13 @@ def lock_clock(monkeypatch):
   clock = FakeClock()
   monkeypatch.setattr(workdir_lock, "time", clock)
   return clock
+
+
+def prepare(config, source, out, num_files=64, **kw):
+  """data/preparation.prepare of `source` into `out` for a run with `config`."""
+  from mlmjax.data import preparation  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  s = RunSettings.from_config(config)
+  plan = preparation.Plan.of(s.data, s.tokenizer, s.masking.stats_max_documents, source,
+                             num_files)
+  return preparation.prepare(plan, out, **kw)

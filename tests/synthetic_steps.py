@@ -12,6 +12,7 @@ from configs import base
 from mlmjax.parallel import sharding
 from mlmjax.training import steps
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
 
 VOCAB = 512
 
@@ -73,8 +74,8 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
   """(per-step metrics, final state as numpy) of training on `batches`, from `init` (a numpy
   state, put on this mesh; saves compiling the initialiser) or from the mesh's own init."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(config, VOCAB, mesh)
-  step = steps.make_pretrain_step(setup, config, per_token_loss=per_token_loss)
+  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+  step = steps.make_pretrain_step(setup, RunSettings.from_config(config), per_token_loss=per_token_loss)
   state = setup.init_fn() if init is None else jax.device_put(init, setup.state_shardings)
   metrics = []
   for b in batches:
@@ -86,7 +87,7 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
 def init_state(config, devices=None):
   """The initial state as numpy, and the shardings it had on its mesh."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(config, VOCAB, mesh)
+  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
   state = setup.init_fn()
   return jax.tree.map(np.asarray, state), jax.tree.map(lambda x: x.sharding, state)
 

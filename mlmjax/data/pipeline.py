@@ -29,6 +29,7 @@ import numpy as np
 from mlmjax.data import masking
 from mlmjax.data import shard_walk
 from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
+from mlmjax.data.settings import InputSettings
 from mlmjax.errors import ConfigError
 from mlmjax.errors import DataError
 from mlmjax.parallel import distributed
@@ -39,14 +40,14 @@ _EVAL_SEED_OFFSET = 1_000_003
 _WORKER_BUFFER = 2
 
 
-def num_shards(config) -> int:
+def num_shards(data: InputSettings) -> int:
   """Data shards: fixed by `data.num_shards`, or one per process when it is 0."""
-  return config.data.num_shards or jax.process_count()
+  return data.num_shards or jax.process_count()
 
 
-def local_shards(config) -> range:
+def local_shards(data: InputSettings) -> range:
   """The shards this process reads: a contiguous block, in global batch order."""
-  per_process = num_shards(config) // jax.process_count()
+  per_process = num_shards(data) // jax.process_count()
   return range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
 
 
@@ -133,17 +134,18 @@ class ShardedIterator:
     self._it = None
 
 
-def _spec(config, documents, masker: masking.Masker, word_start, seed: int, shuffle: bool,
-          first_step: int, late: bool = False) -> shard_walk.StreamSpec:
+def _spec(data: InputSettings, documents, masker: masking.Masker, word_start, *,
+          batch_size: int, seq_len: int, seed: int, shuffle: bool, first_step: int,
+          late: bool = False) -> shard_walk.StreamSpec:
   """`late`: the masks are made by the consumer, not with the batch."""
   static = "static" in masker.settings.in_use()
   return shard_walk.StreamSpec(
-      documents=documents, data_format=config.data.format, seq_len=config.data.seq_len,
-      rows_per_shard=config.train.batch_size // num_shards(config),
-      num_shards=num_shards(config), shards=tuple(local_shards(config)), seed=seed,
-      shuffle=shuffle, window_rows=config.data.row_shuffle_window,
+      documents=documents, data_format=data.format, seq_len=seq_len,
+      rows_per_shard=batch_size // num_shards(data),
+      num_shards=num_shards(data), shards=tuple(local_shards(data)), seed=seed,
+      shuffle=shuffle, window_rows=data.row_shuffle_window,
       # BERT's static masking repeats its data every dupe_factor epochs: so do the rows here.
-      epoch_period=config.masking.dupe_factor if static else 0, origin=static,
+      epoch_period=masker.settings.dupe_factor if static else 0, origin=static,
       word_start=word_start, masker=None if late else masker, first_step=first_step)
 
 
@@ -152,25 +154,27 @@ def _tokenized(source, tok):
   return source if hasattr(source, "sentences") else DocumentReader(source, tok.to_bytes())
 
 
-def make_train_iter(config, tok, source, masker: masking.Masker, word_start=None,
+def make_train_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
+                    batch_size: int, seq_len: int, seed: int, word_start=None,
                     first_step: int = 0) -> ShardedIterator:
-  """Endless iterator of this process's slice of each global training batch; its i-th batch
-  trains step `first_step + i + 1` (masks are keyed by that step). Adaptive masks follow the
-  weights training feeds back, so they are made late (`finish`)."""
+  """Endless iterator of this process's slice of each global training batch of `batch_size`
+  rows of `seq_len` tokens; its i-th batch trains step `first_step + i + 1` (masks are keyed by
+  that step). Adaptive masks follow the weights training feeds back, so they are made late
+  (`finish`)."""
   late = "adaptive" in masker.settings.in_use()
-  spec = _spec(config, _tokenized(source, tok), masker, word_start, config.seed, True,
-               first_step, late)
-  return ShardedIterator(spec, config.data.worker_count, masker if late else None)
+  spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
+               seq_len=seq_len, seed=seed, shuffle=True, first_step=first_step, late=late)
+  return ShardedIterator(spec, data.worker_count, masker if late else None)
 
 
-def make_eval_iter(config, tok, source, masker: masking.Masker, word_start=None
-                   ) -> Iterator[dict[str, np.ndarray]]:
-  """The same `config.train.eval_batches` held-out batches, with the same masks, every time.
+def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
+                   batch_size: int, seq_len: int, seed: int, num_batches: int,
+                   word_start=None) -> Iterator[dict[str, np.ndarray]]:
+  """The same `num_batches` held-out batches, with the same masks, every time.
 
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
   Built in this process: a few batches do not pay for starting workers.
   """
-  spec = _spec(config, _tokenized(source, tok), masker, word_start,
-               config.seed + _EVAL_SEED_OFFSET, False, 0)
-  return itertools.islice(ShardedIterator(spec), config.train.eval_batches)
-
+  spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
+               seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET, shuffle=False, first_step=0)
+  return itertools.islice(ShardedIterator(spec), num_batches)

@@ -1,7 +1,7 @@
 """Preparing data: a corpus tokenized once into the prepared format (prepared.py, which also
 writes and reads its manifest). `python -m mlmjax.prepare` is the command.
 
-What the output depends on is the `Plan`, read once from the config a run will train with: the
+What the output depends on is the `Plan`, made once from the settings a run will train with: the
 tokenizer (`tokenizer.path`, else one trained on an even sample of the training split with
 `tokenizer.*`), the held-out split (`data.eval_every_nth_document`), document cutting
 (`data.max_document_chars`), the text field (`data.text_field`) and the token count sample
@@ -45,6 +45,7 @@ from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats
+from mlmjax.data.settings import InputSettings, TokenizerSettings
 
 _PROGRESS_EVERY = 64  # documents between progress updates from a worker
 _STATE = ".prepare"  # OUT/.prepare/: the plan and one record per finished file
@@ -62,13 +63,15 @@ class Plan:
   max_document_chars: int
   stats_max_documents: int
   num_files: int
-  tokenizer: dict  # config.tokenizer's keys: the path of a model to use, or how to train one
+  tokenizer: TokenizerSettings  # the path of a model to use, or how to train one
 
   @classmethod
-  def from_config(cls, config, source: str, num_files: int) -> "Plan":
-    d = config.data
-    return cls(source, d.text_field, d.eval_every_nth_document, d.max_document_chars,
-               config.masking.stats_max_documents, num_files, config.tokenizer.to_dict())
+  def of(cls, data: InputSettings, tokenizer: TokenizerSettings, stats_max_documents: int,
+         source: str, num_files: int) -> "Plan":
+    """The plan of preparing `source` into `num_files` files per split for a run with these
+    settings (masking.stats_max_documents: `stats_max_documents`)."""
+    return cls(source, data.text_field, data.eval_every_nth_document, data.max_document_chars,
+               stats_max_documents, num_files, tokenizer)
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -204,8 +207,7 @@ def _start_or_resume(out: str, plan: Plan) -> None:
   paths.write_atomic(plan_path, text)  # two hosts at once write the same text
 
 
-def _tokenizer_and_stats(config, plan: Plan, train, out: str, host_index: int,
-                         host_wait_s: float):
+def _tokenizer_and_stats(plan: Plan, train, out: str, host_index: int, host_wait_s: float):
   """Host 0 makes (or, resumed, reloads) them in OUT; the other hosts wait for them."""
   saved = {k: paths.join(out, n) for k, n in prepared.TOKENIZERS.items()}
   stats_path = paths.join(out, prepared.STATS)
@@ -221,16 +223,16 @@ def _tokenizer_and_stats(config, plan: Plan, train, out: str, host_index: int,
             " what it is doing), then run this one again")
       time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
     return tokenizer_lib.load(next(p for p in saved.values() if paths.exists(p)))
-  tok = tokenizer_lib.get_tokenizer(config.tokenizer, train, saved)
+  tok = tokenizer_lib.get_tokenizer(plan.tokenizer, train, saved)
   vocab_stats.get_vocab_stats(tok, train, stats_path, plan.stats_max_documents)
   return tok
 
 
-def prepare(config, source: str, out: str, num_files: int = 64, workers: int = 0,
-            num_hosts: int = 1, host_index: int = 0,
+def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_index: int = 0,
             host_wait_s: float = HOST_WAIT_S) -> dict | None:
-  """Makes (or resumes) the prepared folder `out` from `source`; returns its manifest, or None
+  """Makes (or resumes) the prepared folder `out` by `plan`; returns its manifest, or None
   on a host whose part is done while others' are not."""
+  source, num_files = plan.source, plan.num_files
   if prepared.is_prepared(source):
     raise errors.DataError(f"--source={source!r} is prepared already; give the text it came"
                            " from")
@@ -240,13 +242,12 @@ def prepare(config, source: str, out: str, num_files: int = 64, workers: int = 0
     raise errors.UserError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
   out = paths.expand(out).rstrip("/")
   start = time.perf_counter()
-  plan = Plan.from_config(config, source, num_files)
   train, held_out = sources.load_splits(source, plan.eval_every_nth_document,
                                         plan.max_document_chars, plan.text_field)
   logging.info("Data %r: %d training / %d held-out documents", source, len(train),
                len(held_out))
   _start_or_resume(out, plan)
-  tok = _tokenizer_and_stats(config, plan, train, out, host_index, host_wait_s)
+  tok = _tokenizer_and_stats(plan, train, out, host_index, host_wait_s)
   splits = {"train": train, "eval": held_out}
   every = [(s, f) for s in prepared.SPLITS for f in range(num_files)]
   mine = every[host_index::num_hosts]

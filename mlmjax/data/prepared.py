@@ -131,10 +131,10 @@ class Prepared:
     return PreparedSplit(self.directory, name, m["splits"][name]["documents"], m["num_files"],
                          m["id_dtype"])
 
-  def check(self, config, num_shards: int) -> None:
-    """The run's settings that the data fixed (module docstring)."""
+  def check(self, every: int, tokenizer_path: str, num_shards: int) -> None:
+    """The run's settings that the data fixed (module docstring): data.eval_every_nth_document
+    `every`, tokenizer.path `tokenizer_path`, and files the `num_shards` shards divide."""
     m, d = self.manifest, self.directory
-    every = config.data.eval_every_nth_document
     if every != m["eval_every_nth_document"]:
       raise DataError(
           f"data.eval_every_nth_document={every}, but {d} holds out every"
@@ -146,9 +146,9 @@ class Prepared:
           " (data.num_shards, or one per process) do not divide: each process could not read"
           " only its own files. Use a divisor, or prepare again with --num_files=a multiple of"
           f" {num_shards}")
-    if config.tokenizer.path:
-      self._same_tokenizer(tokenizer_lib.load(config.tokenizer.path),
-                           f"config.tokenizer.path={config.tokenizer.path!r}",
+    if tokenizer_path:
+      self._same_tokenizer(tokenizer_lib.load(tokenizer_path),
+                           f"config.tokenizer.path={tokenizer_path!r}",
                            "drop the setting to use the data's, or prepare again with it")
 
   def _same_tokenizer(self, tok: tokenizer_lib.Tokenizer, what: str, fix: str) -> None:

@@ -1,6 +1,6 @@
 """A run's input, built in one place for training, evaluation and the benchmark:
 
-    config.data.source -> (train, held-out) documents -> tokenizer (trained once, saved) ->
+    data.source -> (train, held-out) documents -> tokenizer (trained once, saved) ->
     vocab stats (saved) -> gazetteer -> masker -> a training iterator per phase, eval batches
 
 Prepared data (`prepared:DIR`) brings its split, tokenizer and stats; they are copied into the
@@ -10,12 +10,11 @@ workdir as a raw source's would be made there.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Protocol
 
 from absl import logging
 import jax
 from jax.experimental import multihost_utils
-import ml_collections
 import numpy as np
 
 from mlmjax.data import masking
@@ -25,55 +24,88 @@ from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.settings import InputSettings, TokenizerSettings
 from mlmjax.data.masking import entities
 from mlmjax.errors import ConfigError, DataError
 
 
+@dataclasses.dataclass(frozen=True)
+class HeldOut:
+  """How held-out batches are made: at `mask_rate` (eval.mask_rate), `batches` of them
+  (train.eval_batches)."""
+
+  mask_rate: float
+  batches: int
+
+
+class Shape(Protocol):
+  """What a phase sets of its input (training/phases.py's Phase has these and more)."""
+
+  index: int  # of the phase: a mixture's weights may differ per phase
+  seq_len: int
+  max_predictions: int
+  batch_size: int  # global rows per step
+  seed: int  # document order, packing, masks
+
+
 @dataclasses.dataclass
 class RunInput:
+  """A run's sources, tokenizer, statistics and gazetteer, with the settings every phase's
+  input shares, bound once: a phase's iterator then needs only the phase."""
+
   # Or a mixture of either kind (data.sources); None: evaluation only.
   train_source: sources.TextSource | prepared.PreparedSplit | mixture_lib.Mixture | None
   eval_source: sources.TextSource | prepared.PreparedSplit | mixture_lib.Mixture
   tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
+  data: InputSettings
+  masking: masking.Settings
+  held_out: HeldOut
+  span_boundaries: bool  # the masker also says where each masked unit begins and ends (SBO)
 
-  def masker(self, config, token_weights: Callable[[int], np.ndarray | None] | None = None,
+  def masker(self, max_predictions: int, mask_rate: float | None = None,
+             token_weights: Callable[[int], np.ndarray | None] | None = None,
              mask_rates: masking.RateSchedule | None = None) -> masking.Masker:
-    return masking.Masker(config.masking, self.stats, self.gazetteer, token_weights,
-                          span_boundaries=config.objective.span_boundary_weight > 0,
-                          mask_rates=mask_rates)
+    """A masker with `max_predictions` slots per row, at `mask_rate` (default
+    masking.mask_rate) or `mask_rates` by step."""
+    settings = dataclasses.replace(
+        self.masking, max_predictions_per_seq=max_predictions,
+        mask_rate=self.masking.mask_rate if mask_rate is None else mask_rate)
+    return masking.Masker(settings, self.stats, self.gazetteer, token_weights,
+                          span_boundaries=self.span_boundaries, mask_rates=mask_rates)
 
-  def train_iter(self, config, first_step: int = 0,
+  def train_iter(self, shape: Shape, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None,
-                 mask_rates: masking.RateSchedule | None = None, phase: int = 0
-                 ) -> pipeline.ShardedIterator:
-    """Training batches of `config` (a phase's config) whose first trains step first_step+1;
-    masked at `mask_rates` by step (None: masking.mask_rate); a mixture (data.sources) with
-    phase `phase`'s weights."""
+                 mask_rates: masking.RateSchedule | None = None) -> pipeline.ShardedIterator:
+    """Training batches of `shape` (a phase: training/phases.py) whose first trains step
+    first_step+1; masked at `mask_rates` by step (None: masking.mask_rate); a mixture
+    (data.sources) with the phase's weights."""
     source = self.train_source
     if isinstance(source, mixture_lib.Mixture):
-      source = source.reweighted(mixture_lib.phase_weights(config.data, phase))
-    return pipeline.make_train_iter(config, self.tokenizer, source,
-                                    self.masker(config, token_weights, mask_rates),
-                                    self.stats.word_start, first_step)
+      source = source.reweighted(mixture_lib.phase_weights(self.data, shape.index))
+    return pipeline.make_train_iter(
+        self.data, self.tokenizer, source,
+        self.masker(shape.max_predictions, None, token_weights, mask_rates),
+        batch_size=shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
+        word_start=self.stats.word_start, first_step=first_step)
 
-  def eval_batches(self, config):
-    """The fixed held-out batches, masked at `eval.mask_rate` by their own masker (feedback
-    never moves the eval set)."""
-    config = held_out_config(config)
-    return pipeline.make_eval_iter(config, self.tokenizer, self.eval_source, self.masker(config),
-                                   self.stats.word_start)
+  def eval_batches(self, shape: Shape, batch_size: int | None = None):
+    """The fixed held-out batches of `shape`'s row length and seed (`batch_size` rows, default
+    the shape's), masked at `eval.mask_rate` with the slots a full row needs at that rate, by
+    their own masker: feedback never moves the eval set."""
+    rate = self.held_out.mask_rate
+    masker = self.masker(held_out_max_predictions(shape.seq_len, rate), rate)
+    return pipeline.make_eval_iter(
+        self.data, self.tokenizer, self.eval_source, masker,
+        batch_size=batch_size or shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
+        num_batches=self.held_out.batches, word_start=self.stats.word_start)
 
 
-def held_out_config(config) -> ml_collections.ConfigDict:
-  """A copy of `config` (a phase's) masking at `eval.mask_rate`, with the prediction slots a
-  full row needs at that rate (masking.budget, the masker's own formula)."""
-  out = ml_collections.ConfigDict(config.to_dict())
-  rate = config.eval.mask_rate
-  _, wanted = masking.budget(config.data.seq_len - 2, rate, config.data.seq_len)
-  out.masking.update(mask_rate=rate, max_predictions_per_seq=int(wanted))
-  return out
+def held_out_max_predictions(seq_len: int, mask_rate: float) -> int:
+  """The slots a full row of `seq_len` needs at `mask_rate` (masking.budget, the masker's own
+  formula)."""
+  return int(masking.budget(seq_len - 2, mask_rate, seq_len)[1])
 
 
 def _process_0_first(make):
@@ -85,97 +117,101 @@ def _process_0_first(make):
   return out if jax.process_index() == 0 else make()
 
 
-def _text_field(config) -> str:
-  # A finished run saved before data.text_field existed read the "text" field.
-  return config.data.text_field if "text_field" in config.data else "text"
-
-
-def held_out_input(config, tokenizer_path: str, stats_path: str, source: str = "") -> RunInput:
+def held_out_input(data: InputSettings, masking_settings: masking.Settings, held_out: HeldOut,
+                   span_boundaries: bool, tokenizer_path: str, stats_path: str,
+                   source: str = "") -> RunInput:
   """A finished run's evaluation input: its saved tokenizer and stats, and its held-out split,
   or every document of `source` (text the run never trained on) when given."""
   if source:
-    _, eval_source = sources.load_splits(source, 1, config.data.max_document_chars,  # all
-                                         _text_field(config))
-  elif "sources" in config.data and config.data.sources:  # (runs saved before it: absent)
-    _, eval_source, _, _ = _mixture(config, {}, "")
-  elif prepared.is_prepared(config.data.source):
-    eval_source = prepared.open_source(config.data.source).split("eval")
+    _, eval_source = sources.load_splits(source, 1, data.max_document_chars,  # all
+                                         data.text_field)
+  elif data.sources:
+    _, eval_source, _, _ = _mixture(data, None, masking_settings, {}, "")
+  elif prepared.is_prepared(data.source):
+    eval_source = prepared.open_source(data.source).split("eval")
   else:
-    _, eval_source = sources.load_splits(config.data.source, config.data.eval_every_nth_document,
-                                         config.data.max_document_chars, _text_field(config))
+    _, eval_source = sources.load_splits(data.source, data.eval_every_nth_document,
+                                         data.max_document_chars, data.text_field)
   tok = tokenizer_lib.load(tokenizer_path)
-  gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
-               if config.masking.entity_gazetteer else None)
-  return RunInput(None, eval_source, tok, vocab_stats_lib.load(stats_path), gazetteer)
+  return RunInput(None, eval_source, tok, vocab_stats_lib.load(stats_path),
+                  _gazetteer(masking_settings, tok), data, masking_settings, held_out,
+                  span_boundaries)
 
 
-def _mixture(config, tokenizer_paths: dict[str, str], stats_path: str):
+def _gazetteer(masking_settings: masking.Settings, tok) -> entities.Gazetteer | None:
+  path = masking_settings.entity_gazetteer
+  return entities.load_gazetteer(path, tok) if path else None
+
+
+def _mixture(data: InputSettings, tokenizer: TokenizerSettings | None,
+             masking_settings: masking.Settings, tokenizer_paths: dict[str, str],
+             stats_path: str):
   """`data.sources` (mixture.py): (train, eval, prepared?, tokenizer_and_stats)."""
-  entries = mixture_lib.parse(config.data.sources)
+  entries = mixture_lib.parse(data.sources)
   weights, names = [w for w, _ in entries], [s for _, s in entries]
   kinds = {prepared.is_prepared(s) for s in names}
   if len(kinds) > 1:
     raise ConfigError("data.sources mixes prepared data and raw text; prepare them all (with"
                       " one tokenizer) or none")
-  d = config.data
   if kinds == {True}:
     datas = [prepared.open_source(s) for s in names]
-    for data in datas:
-      data.check(config, 1)  # a mixture reads every file of its sources on every process
-    if len({data.manifest["tokenizer"]["fingerprint"] for data in datas}) > 1:
+    for prepared_data in datas:  # a mixture reads every file of its sources on every process
+      prepared_data.check(data.eval_every_nth_document, tokenizer.path if tokenizer else "", 1)
+    if len({d.manifest["tokenizer"]["fingerprint"] for d in datas}) > 1:
       raise DataError("data.sources: its prepared sources were made with different tokenizers;"
                       " prepare them with one (--config.tokenizer.path=...)")
-    splits = [(data.split("train"), data.split("eval")) for data in datas]
+    splits = [(d.split("train"), d.split("eval")) for d in datas]
 
     def tokenizer_and_stats():
       return datas[0].tokenizer_and_stats(tokenizer_paths, stats_path)
   else:
-    splits = [sources.load_splits(s, d.eval_every_nth_document, d.max_document_chars,
-                                  d.text_field) for s in names]
+    splits = [sources.load_splits(s, data.eval_every_nth_document, data.max_document_chars,
+                                  data.text_field) for s in names]
 
     def tokenizer_and_stats():
-      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train, tokenizer_paths)
+      tok = tokenizer_lib.get_tokenizer(tokenizer, train, tokenizer_paths)
       return tok, vocab_stats_lib.get_vocab_stats(tok, train, stats_path,
-                                                  config.masking.stats_max_documents)
+                                                  masking_settings.stats_max_documents)
   kind = mixture_lib.PreparedMixture if kinds == {True} else mixture_lib.Mixture
-  train = kind(f"{d.sources}:train", [t for t, _ in splits], weights)
-  held_out = kind(f"{d.sources}:eval", [e for _, e in splits], weights)
+  train = kind(f"{data.sources}:train", [t for t, _ in splits], weights)
+  held_out = kind(f"{data.sources}:eval", [e for _, e in splits], weights)
   return train, held_out, kinds == {True}, tokenizer_and_stats
 
 
-def build(config, tokenizer_paths: dict[str, str], stats_path: str) -> RunInput:
+def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: masking.Settings,
+          held_out: HeldOut, span_boundaries: bool, tokenizer_paths: dict[str, str],
+          stats_path: str) -> RunInput:
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
   these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made (or, for prepared
   data, copied from it) and saved there."""
-  if config.data.sources:
+  if data.sources:
     train_source, eval_source, is_prepared, tokenizer_and_stats = _mixture(
-        config, tokenizer_paths, stats_path)
-  elif prepared.is_prepared(config.data.source):
+        data, tokenizer, masking_settings, tokenizer_paths, stats_path)
+  elif prepared.is_prepared(data.source):
     is_prepared = True
-    data = prepared.open_source(config.data.source)
-    data.check(config, pipeline.num_shards(config))
-    train_source, eval_source = data.split("train"), data.split("eval")
+    prepared_data = prepared.open_source(data.source)
+    prepared_data.check(data.eval_every_nth_document, tokenizer.path,
+                        pipeline.num_shards(data))
+    train_source, eval_source = prepared_data.split("train"), prepared_data.split("eval")
 
     def tokenizer_and_stats():
-      return data.tokenizer_and_stats(tokenizer_paths, stats_path)
+      return prepared_data.tokenizer_and_stats(tokenizer_paths, stats_path)
   else:
     is_prepared = False
     train_source, eval_source = sources.load_splits(
-        config.data.source, config.data.eval_every_nth_document, config.data.max_document_chars,
-        config.data.text_field)
+        data.source, data.eval_every_nth_document, data.max_document_chars, data.text_field)
 
     def tokenizer_and_stats():
-      tok = tokenizer_lib.get_tokenizer(config.tokenizer, train_source, tokenizer_paths)
+      tok = tokenizer_lib.get_tokenizer(tokenizer, train_source, tokenizer_paths)
       return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
-                                                  config.masking.stats_max_documents)
+                                                  masking_settings.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents",
-               config.data.sources or config.data.source, len(train_source), len(eval_source))
-  if config.data.worker_count and not is_prepared:
+               data.sources or data.source, len(train_source), len(eval_source))
+  if data.worker_count and not is_prepared:
     logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
                     " (each builds every %d-th batch of one shared stream); prepare the data"
                     " once (python -m mlmjax.prepare) to gain from workers",
-                    config.data.worker_count, config.data.worker_count)
+                    data.worker_count, data.worker_count)
   tok, stats = _process_0_first(tokenizer_and_stats)
-  gazetteer = (entities.load_gazetteer(config.masking.entity_gazetteer, tok)
-               if config.masking.entity_gazetteer else None)
-  return RunInput(train_source, eval_source, tok, stats, gazetteer)
+  return RunInput(train_source, eval_source, tok, stats, _gazetteer(masking_settings, tok), data,
+                  masking_settings, held_out, span_boundaries)

@@ -2,8 +2,7 @@
 
 Override any key on the command line, e.g. `--config.train.learning_rate=1e-4`. The model's
 shape, tokenizer, position embeddings and parameter-sharding rules are the pretrained run's
-(its config.json); the rules for these values are in mlmjax/training/config_check.py
-(check_finetune).
+(its config.json); the rules for these values are in mlmjax/finetuning/settings.py.
 """
 
 import ml_collections

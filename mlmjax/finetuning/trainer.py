@@ -22,7 +22,6 @@ import time
 from absl import logging
 import grain
 import jax
-import ml_collections
 import numpy as np
 from flax import nnx
 
@@ -31,15 +30,16 @@ from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import classifier
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
+from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
-from mlmjax.training import config_check
 from mlmjax.training import finished_run
 from mlmjax.training import learning_curves
 from mlmjax.training import loop
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import optimizer
+from mlmjax.training.settings import RunSettings
 from mlmjax.training import steps
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
@@ -50,13 +50,14 @@ def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
   """Fine-tunes the encoder of the run in `pretrained` (checkpoint `pretrained_step`, default
   the latest; `random_init`: the same model from random initialisation instead) on `data`, in
   `output` (resuming a run there); returns the results also written to output/results.json."""
+  settings = FinetuneSettings.from_config(config)
   pre = workdir_lib.Workdir(pretrained)
-  pre_config = pre.load_config()
-  config_check.check_finetune(config, pre_config)  # before anything is written
+  pre_settings = pre.load_config()
+  settings.check_against(pre_settings)  # before anything is written
   out = workdir_lib.Workdir(output)
   out.make_writable()
   with workdir_lock.WorkdirLock(out.lock, output):
-    return _FineTuner(config, pre, pre_config, data, out, random_init, pretrained_step).run()
+    return _FineTuner(settings, pre, pre_settings, data, out, random_init, pretrained_step).run()
 
 
 class _BatchPosition:
@@ -76,9 +77,11 @@ class _FineTuner(loop.StepLoop):
   """One fine-tuning run; `run()` is the story, the other methods its parts and the loop's
   hooks."""
 
-  def __init__(self, config, pre: workdir_lib.Workdir, pre_config, data: tasks.TaskData,
-               out: workdir_lib.Workdir, random_init: bool, pretrained_step: int | None):
-    self.config, self.pre, self.data, self.out = config, pre, data, out
+  def __init__(self, settings: FinetuneSettings, pre: workdir_lib.Workdir,
+               pre_settings: RunSettings, data: tasks.TaskData, out: workdir_lib.Workdir,
+               random_init: bool, pretrained_step: int | None):
+    self.config, self.pre, self.data, self.out = settings, pre, data, out
+    config = settings
     self.run_record = {"task": data.task.name, "init": "random" if random_init else "pretrained",
                        "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
     self._check_same_run()
@@ -90,8 +93,9 @@ class _FineTuner(loop.StepLoop):
     self.batches = grain.MapDataset.range(self.num_train).shuffle(seed=config.seed).repeat(
         None).batch(batch_size, drop_remainder=True)
     self.mesh = sharding.make_mesh(config.mesh)
-    self._make_steps(pre_config, tok.vocab_size)
-    self.nonfinite = loop.NonFinitePolicy(config.train)
+    self._make_steps(pre_settings, tok.vocab_size)
+    self.nonfinite = loop.NonFinitePolicy(config.train.nonfinite_policy,
+                                          config.train.max_consecutive_skips)
     self.checkpoint_every = config.train.checkpoint_every_steps
     self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
@@ -111,29 +115,24 @@ class _FineTuner(loop.StepLoop):
     self.train_rows = examples_lib.encode(train, tok, seq_len, "train")
     self.dev_rows = examples_lib.encode(self.data.dev, tok, seq_len, "dev")
 
-  def _make_steps(self, pre_config, vocab_size: int) -> None:
+  def _make_steps(self, pre: RunSettings, vocab_size: int) -> None:
     """The classifier's sharded state and its train and eval steps."""
     config = self.config
     # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
     # loads as it is; the classifier's pooler and output layer on top.
-    encoder_config = ml_collections.ConfigDict(pre_config.to_dict())
-    encoder_config.model.update(dropout_rate=config.model.dropout_rate,
-                                attention_dropout_rate=config.model.attention_dropout_rate)
-    # BERT's fine-tuning optimizer: linear warmup, then linear decay to 0 over the run.
-    optimizer_config = ml_collections.ConfigDict({
-        **config.train.to_dict(), "steps": self.total, "end_learning_rate": 0.0,
-        "schedule": "linear", "update_clip_rms": 0.0, "grad_accum_steps": 1,
-        "schedule_unit": "steps",
-        "warmup_steps": round(config.train.warmup_fraction * self.total)})
+    encoder = pre.replace(model={"dropout_rate": config.model.dropout_rate,
+                                 "attention_dropout_rate": config.model.attention_dropout_rate})
+    optimizer_settings = config.train.optimizer_settings(self.total)
     self.setup = train_state.sharded_setup(
         lambda: classifier.SequenceClassifier(
-            train_state.build_model(encoder_config, vocab_size, config.seed, self.mesh),
-            encoder_config.model, self.data.num_outputs, nnx.Rngs(params=config.seed + 1),
+            train_state.build_model(encoder.model, encoder.objective, encoder.data.format,
+                                    vocab_size, config.seed, self.mesh),
+            encoder.model, self.data.num_outputs, nnx.Rngs(params=config.seed + 1),
             config.model.pooling),
-        optimizer.make_optimizer(optimizer_config), self.mesh, pre_config.mesh.rules,
-        pre_config.model.scan_layers)
+        optimizer.make_optimizer(optimizer_settings), self.mesh, pre.mesh.rules,
+        pre.model.scan_layers)
     self.train_step = steps.make_train_step(
-        self.setup, classifier.objective(self.data.task.regression), optimizer_config,
+        self.setup, classifier.objective(self.data.task.regression), optimizer_settings,
         config.seed)
     self.eval_step = steps.make_eval_step(self.setup, lambda outputs_bk, batch: outputs_bk)
 
@@ -248,9 +247,7 @@ class _FineTuner(loop.StepLoop):
   # ---- the run -------------------------------------------------------------------------------
   def run(self) -> dict:
     start, state = self._initial_state()
-    saved_config = ml_collections.ConfigDict(self.config.to_dict())
-    saved_config.run = self.run_record
-    self.out.save_config(saved_config)
+    self.out.save_config(self.config.to_config_dict(run=self.run_record))
     self.writer = metrics_lib.MetricWriter(self.out.metrics, self.out.tensorboard,
                                            resume_step=start)
     self.throughput = metrics_lib.Throughput(self.total)

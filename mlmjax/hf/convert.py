@@ -35,6 +35,7 @@ import numpy as np
 
 from mlmjax.hf.rules import Arch, ConversionError, rules
 from mlmjax.models import param_names
+from mlmjax.models.settings import ModelSettings
 
 Params = dict  # nested {name: {...} | np.ndarray}, blocks under "blocks": {0: {...}, 1: ...}
 
@@ -202,11 +203,10 @@ def model_settings(hf_config: dict, pair_format: bool) -> tuple[Arch, dict]:
   return Arch(model_type, offset), settings
 
 
-def export_arch(config) -> Arch:
-  """The transformers architecture a run exports to, or a one-line refusal naming what it
-  cannot represent."""
-  m = config.model
-  if config.objective.kind == "electra":
+def export_arch(m: ModelSettings, objective_kind: str) -> Arch:
+  """The transformers architecture a run of model `m` and objective.kind `objective_kind`
+  exports to, or a one-line refusal naming what it cannot represent."""
+  if objective_kind == "electra":
     arch = Arch("electra")
   elif m.norm_position == "pre":
     arch = Arch("modernbert")
@@ -224,7 +224,7 @@ def export_arch(config) -> Arch:
   if arch.model_type == "roformer":
     needs["model.rope_base"] = 10_000.0
   for key, want in needs.items():
-    have = m[key.split(".")[1]]
+    have = getattr(m, key.split(".")[1])
     if have not in (want if isinstance(want, tuple) else (want,)):
       raise ConversionError(f"transformers' {arch.model_type} cannot compute {key}={have!r}"
                             f" (it needs {want!r})")

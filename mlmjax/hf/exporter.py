@@ -50,9 +50,9 @@ def export(run, out: str) -> None:
     raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'") from None
   if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
     raise ExportError(f"--out={out} exists and is not an empty folder")
-  model_cfg, tok = run.config.model, run.tokenizer
+  model_cfg, tok = run.settings.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
-  arch = hf_convert.export_arch(run.config)
+  arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
   nsp = "pooler" in params
   if arch.model_type != "bert" and nsp:
     logging.warning("transformers' %s has no NSP head: exporting the MLM head only",
@@ -136,7 +136,7 @@ def verify(run, out: str, text: str = SAMPLE_TEXT) -> float:
   ids = [special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]
   to_hf = getattr(tok, "vocab_to_hf", np.arange(len(tok)))
   transformers.logging.set_verbosity_error()  # load-time notices about classes, not the model
-  if run.config.objective.kind == "electra":  # the discriminator's replaced-or-not logits
+  if run.settings.objective.kind == "electra":  # the discriminator's replaced-or-not logits
     model = transformers.ElectraForPreTraining.from_pretrained(out).eval()
     with torch.no_grad():
       hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()

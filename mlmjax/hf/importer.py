@@ -1,6 +1,6 @@
 """Starting a run from a Hugging Face checkpoint: `--config.init_from=hf:FOLDER`.
 
-    configure(config)        config.model's architecture keys from FOLDER/config.json, and
+    configure(settings)      the model's architecture keys from FOLDER/config.json, and
                              FOLDER's tokenizer as the run's tokenizer (copied into the workdir
                              by data/tokenizer.get_tokenizer, like any user tokenizer)
     initial_state(...)       the train state of step 0: the checkpoint's parameters, sharded
@@ -15,7 +15,6 @@ run reads the weights: a resumed run continues from its own checkpoints.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 
@@ -59,32 +58,29 @@ def read_config(folder: str) -> dict:
   return _read_json(os.path.join(folder, "config.json"))
 
 
-def _arch_and_settings(config) -> tuple[hf_convert.Arch, dict]:
-  folder = init_from_folder(config.init_from)
+def _arch_and_settings(init_from: str, data_format: str) -> tuple[hf_convert.Arch, dict]:
+  folder = init_from_folder(init_from)
   try:
-    return hf_convert.model_settings(read_config(folder),
-                                     formats.has_pair_labels(config.data.format))
+    return hf_convert.model_settings(read_config(folder), formats.has_pair_labels(data_format))
   except hf_convert.ConversionError as e:
-    raise hf_convert.ConversionError(f"init_from={config.init_from!r}: {e}") from None
+    raise hf_convert.ConversionError(f"init_from={init_from!r}: {e}") from None
 
 
-def configure(config):
-  """A copy of `config` whose model architecture and tokenizer are the checkpoint's."""
-  folder = init_from_folder(config.init_from)
-  _, settings = _arch_and_settings(config)
-  config = copy.deepcopy(config)
-  changed = {k: v for k, v in settings.items() if config.model[k] != v}
-  for key, value in settings.items():
-    config.model[key] = value
+def configure(settings):
+  """`settings` (training/settings.py RunSettings) with the model architecture and the
+  tokenizer of the checkpoint named by `init_from`."""
+  folder = init_from_folder(settings.init_from)
+  _, model = _arch_and_settings(settings.init_from, settings.data.format)
+  changed = {k: v for k, v in model.items() if getattr(settings.model, k) != v}
   if changed:
     logging.info("From %s/config.json: %s", folder,
                  ", ".join(f"model.{k}={v!r}" for k, v in changed.items()))
-  if config.tokenizer.path and os.path.abspath(config.tokenizer.path) != os.path.abspath(folder):
+  path = settings.tokenizer.path
+  if path and os.path.abspath(path) != os.path.abspath(folder):
     raise errors.ConfigError(
-        f"init_from={config.init_from!r} trains with {folder}'s own tokenizer (the embedding"
-        f" rows are its ids): leave tokenizer.path empty, not {config.tokenizer.path!r}")
-  config.tokenizer.path = folder
-  return config
+        f"init_from={settings.init_from!r} trains with {folder}'s own tokenizer (the embedding"
+        f" rows are its ids): leave tokenizer.path empty, not {path!r}")
+  return settings.replace(model=model, tokenizer={"path": folder})
 
 
 def read_weights(folder: str) -> dict[str, np.ndarray]:
@@ -130,18 +126,18 @@ def _by_path(tree) -> dict[str, np.ndarray]:
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def imported_params(config, tok, abstract_params) -> tuple[dict[str, np.ndarray], list[str]]:
+def imported_params(settings, tok, abstract_params) -> tuple[dict[str, np.ndarray], list[str]]:
   """The checkpoint's parameters in mlmjax's layout, by path (numpy), checked against the
   model's shapes, and the names of the head parameters it lacks."""
-  folder = init_from_folder(config.init_from)
-  arch, _ = _arch_and_settings(config)
-  state = _with_prefix(read_weights(folder), arch)
-  nsp = formats.has_pair_labels(config.data.format)
+  init_from = settings.init_from
+  arch, _ = _arch_and_settings(init_from, settings.data.format)
+  state = _with_prefix(read_weights(init_from_folder(init_from)), arch)
+  nsp = formats.has_pair_labels(settings.data.format)
   try:
-    params, missing = hf_convert.from_hf(state, arch, config.model, nsp,
+    params, missing = hf_convert.from_hf(state, arch, settings.model, nsp,
                                          getattr(tok, "vocab_to_hf", None))
   except hf_convert.ConversionError as e:
-    raise hf_convert.ConversionError(f"init_from={config.init_from!r}: {e}") from None
+    raise hf_convert.ConversionError(f"init_from={init_from!r}: {e}") from None
   if not all(isinstance(k, int) for k in abstract_params["blocks"]):
     params = hf_convert.stack_layers(params)  # a scanned model: one stacked block
   params, wanted = _by_path(params), _by_path(abstract_params)
@@ -149,17 +145,17 @@ def imported_params(config, tok, abstract_params) -> tuple[dict[str, np.ndarray]
     shape = wanted[name].shape if name in wanted else "absent"
     if np.shape(value) != shape:
       raise hf_convert.ConversionError(
-          f"init_from={config.init_from!r}: {name} is {np.shape(value)} in the checkpoint and"
+          f"init_from={init_from!r}: {name} is {np.shape(value)} in the checkpoint and"
           f" {shape} in the model")
   return params, missing
 
 
-def initial_state(config, setup, tok):
+def initial_state(settings, setup, tok):
   """Step 0 of a run from the checkpoint: its parameters (each placed straight onto its
   sharding, on every process alike), the rest from `setup.init_fn()`: the heads it lacks and
   the optimizer state (Adam/LAMB moments start at zero whatever the parameters)."""
   state = setup.init_fn()
-  params, missing = imported_params(config, tok, setup.abstract_state["params"])
+  params, missing = imported_params(settings, tok, setup.abstract_state["params"])
 
   def place(path, fresh, target):
     value = params.get(param_names.param_name(param_names.path_keys(path)))
@@ -171,7 +167,7 @@ def initial_state(config, setup, tok):
   state["params"] = jax.tree_util.tree_map_with_path(place, state["params"],
                                                      setup.state_shardings["params"])
   logging.info("Initialised %s parameters from %s%s",
-               f"{sum(int(np.size(x)) for x in params.values()):,}", config.init_from,
+               f"{sum(int(np.size(x)) for x in params.values()):,}", settings.init_from,
                f"; not in the checkpoint, freshly initialised: {', '.join(missing)}"
                if missing else "")
   return state

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from mlmjax import typed_settings
 from mlmjax.errors import ConfigError
 from mlmjax.models import attention
 
@@ -20,11 +21,6 @@ DTYPES = ("auto", "float32", "bfloat16")
 POSITIONS = ("learned", "rope")
 NORM_POSITIONS = ("post", "pre")
 MLPS = ("gelu", "geglu", "swiglu")
-
-
-def _one_of(key: str, value, allowed) -> None:
-  if value not in allowed:
-    raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,17 +55,10 @@ class ModelSettings:
   def from_config(cls, model_config) -> "ModelSettings":
     """config.model (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError
     naming the `model.` key of the first rule a value breaks."""
-    values = {}
-    for field in dataclasses.fields(cls):
-      value = model_config[field.name]
-      kind = {"int": int, "float": float, "bool": bool, "str": str}[field.type]
-      if kind is int and (isinstance(value, bool) or int(value) != value):
-        raise ConfigError(f"model.{field.name}={value!r} must be a whole number")
-      values[field.name] = kind(value)
-    return cls(**values)
+    return typed_settings.from_section(cls, model_config, "model")
 
   def __post_init__(self):
-    _one_of("model.position_embedding_type", self.position_embedding_type, POSITIONS)
+    typed_settings.one_of("model.position_embedding_type", self.position_embedding_type, POSITIONS)
     if self.hidden_size < 1 or self.num_heads < 1 or self.hidden_size % self.num_heads:
       raise ConfigError(f"model.hidden_size={self.hidden_size} must be a positive multiple of"
                         f" model.num_heads={self.num_heads}")
@@ -83,16 +72,16 @@ class ModelSettings:
     for key in ("dropout_rate", "attention_dropout_rate"):
       if not 0.0 <= getattr(self, key) < 1.0:
         raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
-    _one_of("model.dtype", self.dtype, DTYPES)
-    _one_of("model.remat", self.remat, REMAT)
-    _one_of("model.norm_position", self.norm_position, NORM_POSITIONS)
-    _one_of("model.mlp", self.mlp, MLPS)
+    typed_settings.one_of("model.dtype", self.dtype, DTYPES)
+    typed_settings.one_of("model.remat", self.remat, REMAT)
+    typed_settings.one_of("model.norm_position", self.norm_position, NORM_POSITIONS)
+    typed_settings.one_of("model.mlp", self.mlp, MLPS)
     if self.local_attention_window < 0 or self.global_attention_every < 1:
       raise ConfigError("model.local_attention_window must be >= 0 and"
                         " model.global_attention_every >= 1")
     if self.rope_base <= 0 or self.local_rope_base <= 0:
       raise ConfigError("model.rope_base and model.local_rope_base must be positive")
-    _one_of("model.attention_impl", self.attention_impl, attention.IMPLEMENTATIONS)
+    typed_settings.one_of("model.attention_impl", self.attention_impl, attention.IMPLEMENTATIONS)
 
   @property
   def head_size(self) -> int:

@@ -31,17 +31,18 @@ import numpy as np
 from mlmjax.data import formats
 from mlmjax.data import run_input
 from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.settings import TokenizerSettings
 from mlmjax.errors import UserError
 from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
-from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import config_check
 from mlmjax.training import steps as steps_lib
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
 
 GiB = 1024**3
 
@@ -57,60 +58,62 @@ class Compiled:
   hlo_text: str
 
 
-def vocab_size(config) -> int:
+def vocab_size(tokenizer: TokenizerSettings) -> int:
   """The run's vocabulary size without reading any data (the tokenizer file if named)."""
-  if config.tokenizer.path:
-    return tokenizer_lib.load(config.tokenizer.path).vocab_size
-  return int(config.tokenizer.vocab_size)
+  if tokenizer.path:
+    return tokenizer_lib.load(tokenizer.path).vocab_size
+  return tokenizer.vocab_size
 
 
-def batch_spec(config, mesh, max_predictions: int) -> dict:
+def batch_spec(s: RunSettings, mesh, max_predictions: int) -> dict:
   """The abstract global batch the steps take (models/batch_schema.py)."""
-  spec = batch_schema.shapes(config.train.batch_size, config.data.seq_len, max_predictions,
-                             pairs=formats.has_pair_labels(config.data.format),
-                             span_boundaries=config.objective.span_boundary_weight > 0)
-  s = sharding.batch_sharding(mesh)
-  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=s) for k, (shape, dt) in spec.items()}
+  spec = batch_schema.shapes(s.train.batch_size, s.data.seq_len, max_predictions,
+                             pairs=formats.has_pair_labels(s.data.format),
+                             span_boundaries=s.objective.span_boundary_weight > 0)
+  sharded = sharding.batch_sharding(mesh)
+  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
+          for k, (shape, dt) in spec.items()}
 
 
 def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
-  """Checks `config` for the target, then compiles each step of `which` for it."""
+  """Checks `config` (a ConfigDict or RunSettings) for the target, then compiles each step of
+  `which` for it."""
   # One process per TPU host; process indices restart in each slice.
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
-  config_check.check(config, len(target.devices), num_processes, platform=target.platform)
-  mesh = sharding.make_mesh(config.mesh, target.devices)
-  vocab = vocab_size(config)
-  setup = train_state.make_setup(config, vocab, mesh)
+  s = config_check.checked(config, len(target.devices), num_processes, platform=target.platform)
+  mesh = sharding.make_mesh(s.mesh, target.devices)
+  vocab = vocab_size(s.tokenizer)
+  setup = train_state.make_setup(s, vocab, mesh)
   out = []
   for name in which:
     if name == "train":
-      fn, args = steps_lib.make_pretrain_step(setup, config), (
-          setup.abstract_state, batch_spec(config, mesh, config.masking.max_predictions_per_seq))
-      per_token = train_state.train_flops_per_token(config, vocab)
+      p = s.masking.max_predictions_per_seq
+      fn, args = steps_lib.make_pretrain_step(setup, s), (setup.abstract_state,
+                                                          batch_spec(s, mesh, p))
+      per_token = train_state.train_flops_per_token(s, vocab)
     else:
-      held_out = run_input.held_out_config(config)
-      p = held_out.masking.max_predictions_per_seq
+      p = run_input.held_out_max_predictions(s.data.seq_len, s.eval.mask_rate)
       fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
-                                                   batch_spec(config, mesh, p))
-      per_token = train_state.train_flops_per_token(held_out, vocab) / 3  # forward only
-    tokens = config.train.batch_size * config.data.seq_len / mesh.size
+                                                   batch_spec(s, mesh, p))
+      per_token = train_state.train_flops_per_token(s, vocab, max_predictions=p) / 3  # forward
+    tokens = s.train.batch_size * s.data.seq_len / mesh.size
     model_flops = per_token * tokens
     # What the compiler can see of it: with scan_layers it counts the loop body once, so
     # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
     # ELECTRA's two stacks are not split out: None).
     seen = model_flops
-    if config.model.scan_layers:
+    if s.model.scan_layers:
       seen = None
-      if config.objective.kind == "mlm":
-        layers = config.model.num_layers
-        stack = flops_lib.encoder_flops_per_token(ModelSettings.from_config(config.model),
-                                                  config.data.seq_len) * tokens
+      if s.objective.kind == "mlm":
+        layers = s.model.num_layers
+        stack = flops_lib.encoder_flops_per_token(s.model, s.data.seq_len) * tokens
         seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
-    out.append(_compile(name, fn, args, config, target, mesh, model_flops, seen))
+    out.append(_compile(name, fn, args, s, target, mesh, model_flops, seen))
   return out
 
 
-def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> Compiled:
+def _compile(name, fn, args, s: RunSettings, target, mesh, model_flops, seen_flops
+             ) -> Compiled:
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -120,7 +123,7 @@ def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> C
     raise
   except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
     if "cuDNN not found" in str(e):
-      raise UserError(f"model.attention_impl={config.model.attention_impl!r} is cuDNN attention"
+      raise UserError(f"model.attention_impl={s.model.attention_impl!r} is cuDNN attention"
                       " here, and compiling it needs cuDNN: pip install nvidia-cudnn-cu12, or"
                       " set model.attention_impl='pallas_gpu'") from None
     raise
@@ -135,14 +138,14 @@ def _compile(name, fn, args, config, target, mesh, model_flops, seen_flops) -> C
   cost = compiled.cost_analysis() or {}  # None on GPU
   cost = cost[0] if isinstance(cost, list) else cost
   compiler_flops = cost.get("flops")
-  m_cfg = config.model
+  m_cfg = s.model
   report = {
       "step": name, "target": target.name, "device": target.device_kind,
       "devices": mesh.size, "mesh": dict(mesh.shape),
       "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
       "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
       "remat": m_cfg.remat, "scan_layers": m_cfg.scan_layers,
-      "batch": config.train.batch_size, "seq_len": config.data.seq_len,
+      "batch": s.train.batch_size, "seq_len": s.data.seq_len,
       "memory_bytes": {**mem, "total": total, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
       "fits": total <= target.hbm_bytes,

@@ -3,11 +3,11 @@ step, the host pipeline, input wait) and `python -m mlmjax.input_bench` (the pip
 
 The train step is timed on a fixed real batch, so the host pipeline is not in its numbers; the
 host pipeline is timed without a model; the input wait is that of a short real training run.
+All of them measure the run's base shape (data.seq_len, train.batch_size), not its phases'.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import statistics
 import tempfile
@@ -17,49 +17,49 @@ import jax
 import numpy as np
 
 from mlmjax.data import prepared
-from mlmjax.data import run_input as input_lib
 from mlmjax.models import bert
 from mlmjax.models import flops
 from mlmjax.parallel import sharding
 from mlmjax.training import config_check
 from mlmjax.training import metrics
+from mlmjax.training import phases
 from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.settings import RunSettings
 
 
 def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_steps: int = 0
             ) -> dict:
-  """The train step of `config` (`timed_steps` after 2 warm-up steps), its host pipeline for
-  `input_seconds` (0: not measured) and the input wait of a `loop_steps` training run (0: not
-  run), in a temporary workdir; one flat dict."""
-  config_check.check(config)
+  """The train step of `config` (a ConfigDict or RunSettings; `timed_steps` after 2 warm-up
+  steps), its host pipeline for `input_seconds` (0: not measured) and the input wait of a
+  `loop_steps` training run (0: not run), in a temporary workdir; one flat dict."""
+  s = config_check.checked(config)
   with tempfile.TemporaryDirectory() as tmp:
-    return _measure(config, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps)
+    return _measure(s, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps)
 
 
-def _measure(config, run_dir: workdir_lib.Workdir, timed_steps: int, input_seconds: float,
-             loop_steps: int) -> dict:
-  inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
-  if not config.tokenizer.path and os.path.exists(run_dir.tokenizer):
+def _measure(s: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
+             input_seconds: float, loop_steps: int) -> dict:
+  inp = train_state.build_input(s, run_dir.tokenizers, run_dir.vocab_stats)
+  if not s.tokenizer.path and os.path.exists(run_dir.tokenizer):
     # The input and loop measurements reuse the tokenizer just trained instead of each
     # training it again.
-    config = copy.deepcopy(config)
-    config.tokenizer.path = run_dir.tokenizer
+    s = s.replace(tokenizer={"path": run_dir.tokenizer})
   vocab_size = inp.tokenizer.vocab_size
-  it = inp.train_iter(config)
+  it = inp.train_iter(phases.base_shape(s))
   batch = next(it)
   it.close()
+  m = s.model
   out = {"device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
-         "dtype": str(np.dtype(bert.compute_dtype(config.model.dtype))),
-         "attention_impl": config.model.attention_impl, "remat": config.model.remat,
-         "scan_layers": config.model.scan_layers,
-         "batch": config.train.batch_size, "seq_len": config.data.seq_len}
-  out.update(_train_step(config, vocab_size, batch, timed_steps))
-  tokens = config.train.batch_size * config.data.seq_len
+         "dtype": str(np.dtype(bert.compute_dtype(m.dtype))),
+         "attention_impl": m.attention_impl, "remat": m.remat, "scan_layers": m.scan_layers,
+         "batch": s.train.batch_size, "seq_len": s.data.seq_len}
+  out.update(_train_step(s, vocab_size, batch, timed_steps))
+  tokens = s.train.batch_size * s.data.seq_len
   step_s = out["step_ms_median"] / 1e3
-  per_token = train_state.train_flops_per_token(config, vocab_size)
+  per_token = train_state.train_flops_per_token(s, vocab_size)
   achieved = per_token * tokens / step_s
   out.update({
       "tokens_per_sec": tokens / step_s,
@@ -67,8 +67,8 @@ def _measure(config, run_dir: workdir_lib.Workdir, timed_steps: int, input_secon
       "flops_formula": "3 x [L x (2(4D^2 + 2DF) + 4TD) + (P/T) x 2(D^2 + DV)] per token",
       "model_tflops_per_sec": achieved / 1e12,
   })
-  measured = flops.measured_matmul_peak(bert.compute_dtype(config.model.dtype))
-  rated = flops.rated_peak(jax.devices()[0], bert.compute_dtype(config.model.dtype))
+  measured = flops.measured_matmul_peak(bert.compute_dtype(m.dtype))
+  rated = flops.rated_peak(jax.devices()[0], bert.compute_dtype(m.dtype))
   n = out["devices"]
   out.update({
       "matmul_peak_tflops_measured": measured * n / 1e12,
@@ -77,16 +77,16 @@ def _measure(config, run_dir: workdir_lib.Workdir, timed_steps: int, input_secon
       "mfu_rated_peak": None if rated is None else achieved / (rated * n),
   })
   if input_seconds > 0:
-    out.update(_input(config, input_seconds))
+    out.update(_input(s, input_seconds))
   if loop_steps > 0:
-    out["input_wait_fraction"] = _input_wait(config, loop_steps)
+    out["input_wait_fraction"] = _input_wait(s, loop_steps)
   return out
 
 
-def _train_step(config, vocab_size: int, batch, timed_steps: int) -> dict:
-  mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(config, vocab_size, mesh)
-  step = steps.make_pretrain_step(setup, config)
+def _train_step(s: RunSettings, vocab_size: int, batch, timed_steps: int) -> dict:
+  mesh = sharding.make_mesh(s.mesh)
+  setup = train_state.make_setup(s, vocab_size, mesh)
+  step = steps.make_pretrain_step(setup, s)
   state = setup.init_fn()
   batch = sharding.to_device(batch, mesh)
   t = time.perf_counter()
@@ -115,38 +115,38 @@ def _train_step(config, vocab_size: int, batch, timed_steps: int) -> dict:
   }
 
 
-def _input(config, seconds: float) -> dict:
-  """Input tokens/s alone: the config's, and with prepared data also its text's."""
-  out = {"input_tokens_per_sec": input_throughput(config, seconds)["tokens_per_sec"],
-         "input": f"{config.data.source}, {config.data.format}, {config.masking.strategy},"
-                  f" {config.data.worker_count} workers"}
-  raw = raw_text_config(config)
+def _input(s: RunSettings, seconds: float) -> dict:
+  """Input tokens/s alone: the run's, and with prepared data also its text's."""
+  d = s.data
+  out = {"input_tokens_per_sec": input_throughput(s, seconds)["tokens_per_sec"],
+         "input": f"{d.source}, {d.format}, {s.masking.strategy}, {d.worker_count} workers"}
+  raw = raw_text_settings(s)
   if raw is not None:
     out["input_raw_tokens_per_sec"] = input_throughput(raw, seconds)["tokens_per_sec"]
   return out
 
 
-def _input_wait(config, steps: int) -> float:
-  """The fraction of wall time a real training run of `steps` steps (in a temporary workdir)
-  waits for input, after its first logging interval (which holds the compilation)."""
-  c = copy.deepcopy(config)
-  c.train.update(steps=steps, log_every_steps=max(1, steps // 5), eval_every_steps=steps,
-                 eval_batches=1, checkpoint_every_steps=steps)
+def _input_wait(s: RunSettings, steps_run: int) -> float:
+  """The fraction of wall time a real training run of `steps_run` steps (in a temporary
+  workdir) waits for input, after its first logging interval (which holds the compilation)."""
+  short = s.replace(train={"steps": steps_run, "log_every_steps": max(1, steps_run // 5),
+                           "eval_every_steps": steps_run, "eval_batches": 1,
+                           "checkpoint_every_steps": steps_run})
   with tempfile.TemporaryDirectory() as tmp:
-    train.train_and_evaluate(c, tmp)
+    train.train_and_evaluate(short, tmp)
     waits = [r["input_wait_fraction"] for r in metrics.rows(os.path.join(tmp, "metrics.jsonl"))
              if "input_wait_fraction" in r]
   return statistics.mean(waits[1:] or waits)
 
 
-def input_throughput(config, seconds: float = 3.0) -> dict:
-  """Batches of `config`'s training input made for `seconds` in this process (and its grain
+def input_throughput(s: RunSettings, seconds: float = 3.0) -> dict:
+  """Batches of the run's training input made for `seconds` in this process (and its grain
   workers, if `data.worker_count` > 0), after one warm-up batch (worker start-up, the first
-  window). Tokenizer and stats come from `config` or the prepared data, as in a run."""
+  window). Tokenizer and stats come from the settings or the prepared data, as in a run."""
   with tempfile.TemporaryDirectory() as tmp:
     run_dir = workdir_lib.Workdir(tmp)
-    inp = input_lib.build(config, run_dir.tokenizers, run_dir.vocab_stats)
-  it = inp.train_iter(config)
+    inp = train_state.build_input(s, run_dir.tokenizers, run_dir.vocab_stats)
+  it = inp.train_iter(phases.base_shape(s))
   try:
     next(it)
     tokens = real = batches = 0
@@ -159,9 +159,9 @@ def input_throughput(config, seconds: float = 3.0) -> dict:
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
   finally:
     it.close()
-  d = config.data
-  out = {"source": d.source, "format": d.format, "strategy": config.masking.strategy,
-         "seq_len": d.seq_len, "batch_size": config.train.batch_size,
+  d = s.data
+  out = {"source": d.source, "format": d.format, "strategy": s.masking.strategy,
+         "seq_len": d.seq_len, "batch_size": s.train.batch_size,
          "worker_count": d.worker_count, "batches": batches,
          "tokens_per_sec": round(tokens / elapsed), "real_tokens_per_sec": round(real / elapsed)}
   if not d.worker_count:  # this process did all the work: its CPU time ignores other load
@@ -169,13 +169,11 @@ def input_throughput(config, seconds: float = 3.0) -> dict:
   return out
 
 
-def raw_text_config(config):
-  """With prepared data, the same config reading the text it was prepared from with the same
+def raw_text_settings(s: RunSettings) -> RunSettings | None:
+  """With prepared data, the same settings reading the text it was prepared from with the same
   tokenizer (the cost of tokenizing every epoch); else None."""
-  if not prepared.is_prepared(config.data.source):
+  if not prepared.is_prepared(s.data.source):
     return None
-  data = prepared.open_source(config.data.source)
-  raw = copy.deepcopy(config)
-  raw.data.source = data.manifest["source"]
-  raw.tokenizer.path = data.tokenizer_path
-  return raw
+  data = prepared.open_source(s.data.source)
+  return s.replace(data={"source": data.manifest["source"]},
+                   tokenizer={"path": data.tokenizer_path})

@@ -1,4 +1,4 @@
-"""A finished (or paused) run loaded back from its folder: config, tokenizer and one
+"""A finished (or paused) run loaded back from its folder: settings, tokenizer and one
 checkpoint's state, for prediction, evaluation, export and fine-tuning."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import dataclasses
 import functools
 
 import jax
-import ml_collections
 from flax import nnx
 
 from mlmjax import errors
@@ -17,13 +16,14 @@ from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.settings import RunSettings
 
 
 @dataclasses.dataclass
 class FinishedRun:
-  """A run's config, tokenizer and the state of one checkpoint, on one device."""
+  """A run's settings, tokenizer and the state of one checkpoint, on one device."""
 
-  config: ml_collections.ConfigDict
+  settings: RunSettings  # as saved, with the rotary base of the checkpoint's phase
   tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   step: int
   state: train_state.State  # {"step", "params", "opt_state"}
@@ -54,13 +54,13 @@ def load(path: str, step: int | None = None,
   config.json and tokenizer, whatever mesh trained it: on `mesh` (sharded by the run's
   mesh.rules), by default on the first device."""
   run = workdir_lib.Workdir(path)
-  config = run.load_config()
+  settings = run.load_config()
   tok = tokenizer_lib.load(run.saved_tokenizer())
   if mesh is None:
-    config.mesh.shape = (1, 1, 1)
-    mesh = sharding.make_mesh(config.mesh, devices=jax.devices()[:1])
+    settings = settings.replace(mesh={"shape": (1, 1, 1)})
+    mesh = sharding.make_mesh(settings.mesh, devices=jax.devices()[:1])
   ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
-                                     config.train.max_checkpoints_to_keep)
+                                     settings.train.max_checkpoints_to_keep)
   try:
     step = ckpt.latest_step() if step is None else step
     if step is None:
@@ -70,9 +70,10 @@ def load(path: str, step: int | None = None,
                              f" {', '.join(map(str, ckpt.all_steps()))})")
     # The rotary base the checkpoint was trained at (a context-extension phase raises it):
     # predict, evaluate and export then run the model as it was trained.
-    config.model.rope_base = phases_lib.phase_at(phases_lib.plan(config), step - 1).rope_base
-    setup = train_state.make_setup(config, tok.vocab_size, mesh)
+    phase = phases_lib.phase_at(phases_lib.plan(settings), step - 1)
+    settings = settings.replace(model={"rope_base": phase.rope_base})
+    setup = train_state.make_setup(settings, tok.vocab_size, mesh)
     state = ckpt.restore(step, setup.abstract_state).state
   finally:
     ckpt.close()
-  return FinishedRun(config, tok, step, state, setup)
+  return FinishedRun(settings, tok, step, state, setup)

@@ -25,9 +25,9 @@ class NonFinitePolicy:
   nothing (the optimizer skipped it); 'stop' ends the run at once, 'skip' goes on unless more
   than max_consecutive_skips steps in a row were skipped. Its counters are checkpointed."""
 
-  def __init__(self, train_config):
-    self.policy = train_config.nonfinite_policy
-    self.max_consecutive = train_config.max_consecutive_skips
+  def __init__(self, policy: str, max_consecutive_skips: int):
+    self.policy = policy  # train.nonfinite_policy
+    self.max_consecutive = max_consecutive_skips
     self.skipped, self.consecutive = 0, 0
 
   def applied(self, step: int, nonfinite) -> bool:

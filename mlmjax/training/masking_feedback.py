@@ -109,9 +109,8 @@ class TokenLossFeedback(NoFeedback):
     self._table = None if weights is None else (steps_done, weights)
 
 
-def for_config(masking_config, vocab_size: int) -> NoFeedback:
+def for_settings(masking: masking_settings.Settings, vocab_size: int) -> NoFeedback:
   """The run's feedback participant."""
-  if "adaptive" not in masking_settings.Settings.from_config(masking_config).in_use():
+  if "adaptive" not in masking.in_use():
     return NoFeedback()
-  return TokenLossFeedback(vocab_size, masking_config.adaptive_every_steps,
-                           masking_config.adaptive_decay)
+  return TokenLossFeedback(vocab_size, masking.adaptive_every_steps, masking.adaptive_decay)

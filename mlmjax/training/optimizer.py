@@ -25,12 +25,8 @@ from optax import contrib as optax_contrib
 
 from mlmjax.models import param_names
 from mlmjax.training import phases
+from mlmjax.training.settings import TrainSettings
 
-OPTIMIZERS = ("adamw", "lamb", "muon")
-FINETUNE_OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
-SCHEDULES = ("linear", "cosine", "wsd")
-SCHEDULE_UNITS = ("steps", "tokens")
-DECAY_SHAPES = ("linear", "sqrt")
 
 
 def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
@@ -39,7 +35,7 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
   return optax.linear_schedule(peak, end, steps)
 
 
-def learning_rate_schedule(train_config) -> optax.Schedule:
+def learning_rate_schedule(train_config: TrainSettings) -> optax.Schedule:
   """The schedule of the module docstring, as a function of the step; with
   `train.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
   by_step = _step_schedule(train_config)
@@ -49,7 +45,7 @@ def learning_rate_schedule(train_config) -> optax.Schedule:
   return lambda step: by_step(clock(step))
 
 
-def token_clock(train_config):
+def token_clock(train_config: TrainSettings):
   """step -> the step at which a run with every step alike would have seen as many tokens:
   train.steps x (tokens seen / the run's tokens), piecewise linear over the phases. Warmup
   and decay then follow the tokens when the batch or the row length grows by phase (a batch
@@ -61,7 +57,7 @@ def token_clock(train_config):
       train_config.steps)
 
 
-def _step_schedule(train_config) -> optax.Schedule:
+def _step_schedule(train_config: TrainSettings) -> optax.Schedule:
   t = train_config
   peak, end = float(t.learning_rate), float(t.end_learning_rate)
   warmup = max(int(t.warmup_steps), 1)
@@ -115,7 +111,7 @@ def _muon_labels(params):
                       is_leaf=lambda d: d is None or _is_dims(d))
 
 
-def scale_by_muon(train_config) -> optax.GradientTransformation:
+def scale_by_muon(train_config: TrainSettings) -> optax.GradientTransformation:
   """Muon (Jordan et al., 2024): Nesterov momentum orthogonalised by Newton-Schulz, then scaled
   to the RMS of an AdamW update (Liu et al. 2025, "Muon is Scalable"), so that one learning
   rate and weight decay serve both parameter groups."""
@@ -143,7 +139,7 @@ def scale_by_step_schedule(schedule: optax.Schedule) -> optax.GradientTransforma
   return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(train_config) -> optax.GradientTransformationExtraArgs:
+def make_optimizer(train_config: TrainSettings) -> optax.GradientTransformationExtraArgs:
   """Clip + AdamW or LAMB, behind optax.apply_if_finite: a step whose gradients hold a NaN or
   Inf changes neither the parameters nor the optimizer state (the trainer's policy then
   decides whether to go on, see train.nonfinite_policy). Updates take `step=`.

@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
 import numpy as np
 
 from mlmjax.data import masking
+from mlmjax.training.settings import RunSettings, TrainSettings
 
 # Data seeds of successive phases are this far apart.
 _PHASE_SEED_STRIDE = 7919
-# What the optional 4th item of a phase may set.
-OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end")
 
 
 @dataclasses.dataclass(frozen=True)
 class Phase:
+  """What a phase changes of the run: the shapes of its batches, its data seed and its rotary
+  base. The input (data/run_input.py) and the steps (train.py) take it as it is."""
+
   index: int
   start: int  # steps done when the phase begins
   end: int  # steps done when it ends
@@ -41,6 +42,7 @@ class Phase:
   max_predictions: int  # prediction slots: those configured, fewer if the rates never need them
   batch_size: int
   rope_base: float
+  seed: int  # of its data: document order, packing, masks (not of dropout: the run's seed)
   mask_rates: tuple[float, float] | None = None  # its own (start, end) rates, if it names them
 
 
@@ -49,9 +51,8 @@ def options(entry) -> dict:
   return dict(entry[3]) if len(entry) > 3 else {}
 
 
-def _spec(config) -> tuple:
-  return tuple(config.train.phases) or (
-      (1.0, config.data.seq_len, config.masking.max_predictions_per_seq),)
+def _spec(s: RunSettings) -> tuple:
+  return s.train.phases or ((1.0, s.data.seq_len, s.masking.max_predictions_per_seq),)
 
 
 def _bounds(spec, total: int) -> list[tuple[int, int]]:
@@ -65,38 +66,38 @@ def _bounds(spec, total: int) -> list[tuple[int, int]]:
   return out
 
 
-def mask_rates(config) -> masking.RateSchedule:
+def mask_rates(s: RunSettings) -> masking.RateSchedule:
   """The run's mask rate by step: a phase naming `mask_rate` gets a segment of its own, the
   others follow the run-long masking.mask_rate -> mask_rate_end."""
-  m, total = config.masking, config.train.steps
+  m, total = s.masking, s.train.steps
   run_end = m.mask_rate if m.mask_rate_schedule == "constant" else m.mask_rate_end
   run_long = masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
                                   m.mask_rate_schedule)
   segments = []
-  for entry, (start, end) in zip(_spec(config), _bounds(_spec(config), total)):
+  for entry, (start, end) in zip(_spec(s), _bounds(_spec(s), total)):
     opts = options(entry)
     if "mask_rate" in opts:
       rate = float(opts["mask_rate"])
       segments.append(masking.Segment(start, end, rate, float(opts.get("mask_rate_end", rate))))
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
-  if not any("mask_rate" in options(e) for e in _spec(config)):
+  if not any("mask_rate" in options(e) for e in _spec(s)):
     return run_long  # one segment: a cosine stays one cosine over the run
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
 
 
-def schedules_mask_rate(config) -> bool:
+def schedules_mask_rate(s: RunSettings) -> bool:
   """Whether the mask rate changes during the run (else masking.mask_rate throughout)."""
-  return config.masking.mask_rate_schedule != "constant" or any(
-      "mask_rate" in options(e) for e in _spec(config))
+  return s.masking.mask_rate_schedule != "constant" or any(
+      "mask_rate" in options(e) for e in _spec(s))
 
 
-def plan(config) -> list[Phase]:
+def plan(s: RunSettings) -> list[Phase]:
   """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
-  spec = _spec(config)
-  rates = mask_rates(config) if schedules_mask_rate(config) else None
+  spec = _spec(s)
+  rates = mask_rates(s) if schedules_mask_rate(s) else None
   phases = []
-  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, config.train.steps))):
+  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, s.train.steps))):
     opts = options(entry)
     seq_len, slots = int(entry[1]), int(entry[2])
     if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
@@ -105,9 +106,17 @@ def plan(config) -> list[Phase]:
     own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
            if "mask_rate" in opts else None)
     phases.append(Phase(i, start, end, seq_len, slots,
-                        int(opts.get("batch_size", config.train.batch_size)),
-                        float(opts.get("rope_base", config.model.rope_base)), own))
+                        int(opts.get("batch_size", s.train.batch_size)),
+                        float(opts.get("rope_base", s.model.rope_base)),
+                        s.seed + _PHASE_SEED_STRIDE * i, own))
   return phases
+
+
+def base_shape(s: RunSettings) -> Phase:
+  """The whole run as one phase of data.seq_len, masking.max_predictions_per_seq and
+  train.batch_size, whatever train.phases says (the shape the benchmarks measure)."""
+  return Phase(0, 0, s.train.steps, s.data.seq_len, s.masking.max_predictions_per_seq,
+               s.train.batch_size, s.model.rope_base, s.seed)
 
 
 def phase_at(phases: list[Phase], steps_done: int) -> Phase:
@@ -118,28 +127,16 @@ def phase_at(phases: list[Phase], steps_done: int) -> Phase:
   return phases[-1]
 
 
-def phase_config(config, phase: Phase) -> ml_collections.ConfigDict:
-  """A copy of `config` with the phase's row length, prediction slots, batch, rotary base and
-  data seed."""
-  out = ml_collections.ConfigDict(config.to_dict())
-  out.data.seq_len = phase.seq_len
-  out.masking.max_predictions_per_seq = phase.max_predictions
-  out.train.batch_size = phase.batch_size
-  out.model.rope_base = phase.rope_base
-  out.seed = config.seed + _PHASE_SEED_STRIDE * phase.index
-  return out
-
-
-def batch_sizes(train_config) -> list[int]:
+def batch_sizes(train_config: TrainSettings) -> list[int]:
   """Every global batch size of the run (train.batch_size and the phases'), ascending."""
   return sorted({train_config.batch_size, *(
       int(options(e).get("batch_size", train_config.batch_size)) for e in train_config.phases)})
 
 
-def step_tokens(train_config) -> tuple[np.ndarray, np.ndarray]:
+def step_tokens(train_config: TrainSettings) -> tuple[np.ndarray, np.ndarray]:
   """(step, tokens seen after it) at every phase boundary, from train.* alone (the optimizer's
   token clock): rows x seq_len per step, phase by phase. Without phases every step is alike."""
-  spec = tuple(train_config.phases) or ((1.0, 1, 1),)
+  spec = train_config.phases or ((1.0, 1, 1),)
   steps, tokens = [0], [0.0]
   for entry, (start, end) in zip(spec, _bounds(spec, train_config.steps)):
     rows = int(options(entry).get("batch_size", train_config.batch_size))

@@ -30,6 +30,7 @@ import ml_collections
 
 from mlmjax import errors
 from mlmjax import paths
+from mlmjax.training.settings import RunSettings
 
 VERSION = 1
 VERSION_KEY = "config_version"
@@ -77,8 +78,9 @@ def defaults() -> ml_collections.ConfigDict:
   return _base_module().get_config()
 
 
-def load(path: str) -> ml_collections.ConfigDict:
-  """The pretraining run config saved at `path`, read onto today's defaults (module doc)."""
+def load(path: str) -> RunSettings:
+  """The settings (training/settings.py RunSettings) of the pretraining run saved at `path`,
+  read onto today's defaults (module doc)."""
   saved = read(path)
   if "run" in saved:  # the record finetuning/trainer.py adds to a fine-tuning run's config
     raise errors.UserError(f"{path} is a fine-tuning run's config: give the workdir of a"
@@ -96,10 +98,11 @@ def load(path: str) -> ml_collections.ConfigDict:
   # workdir's files (plot, tokenizer) do not need.
   from mlmjax.training import config_check  # pylint: disable=g-import-not-at-top
   try:
-    config_check.check_saved(config)
+    settings = RunSettings.from_config(config)
+    config_check.check_saved(settings)
   except errors.ConfigError as e:
     raise errors.ConfigError(f"{path}: {e}") from None
-  return config
+  return settings
 
 
 def _merge(config: ml_collections.ConfigDict, saved: dict, path: str, prefix: str,

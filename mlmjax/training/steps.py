@@ -18,6 +18,7 @@ import optax
 from mlmjax.parallel import sharding
 from mlmjax.training import losses
 from mlmjax.training import optimizer
+from mlmjax.training.settings import ObjectiveSettings, RunSettings, TrainSettings
 from mlmjax.training.train_state import Setup, State
 
 Sums = dict[str, jax.Array]
@@ -35,7 +36,8 @@ class Objective:
   loss: Callable[[Sums], jax.Array]
 
 
-def pretraining_objective(objective_config, per_token_loss: bool = False) -> Objective:
+def pretraining_objective(objective_config: ObjectiveSettings,
+                          per_token_loss: bool = False) -> Objective:
   """The pretraining loss (losses.total_loss). `per_token_loss` adds `token_loss_sum` /
   `token_count` [V] to the sums (adaptive masking's feedback)."""
 
@@ -66,7 +68,7 @@ def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(setup: Setup, objective: Objective, train_config, seed: int
+def make_train_step(setup: Setup, objective: Objective, train_config: TrainSettings, seed: int
                     ) -> Callable[[State, dict], tuple[State, dict]]:
   """(state, batch) -> (state, metrics); donates the old state's buffers.
 
@@ -135,11 +137,11 @@ def make_train_step(setup: Setup, objective: Objective, train_config, seed: int
                  donate_argnums=0)
 
 
-def make_pretrain_step(setup: Setup, config, per_token_loss: bool = False
+def make_pretrain_step(setup: Setup, s: RunSettings, per_token_loss: bool = False
                        ) -> Callable[[State, dict], tuple[State, dict]]:
-  """The train step of pretraining `config` (its objective, optimizer schedule and seed)."""
-  return make_train_step(setup, pretraining_objective(config.objective, per_token_loss),
-                         config.train, config.seed)
+  """The train step of pretraining with `s` (its objective, optimizer schedule and seed)."""
+  return make_train_step(setup, pretraining_objective(s.objective, per_token_loss), s.train,
+                         s.seed)
 
 
 def heldout_sums(outputs: dict, batch: dict) -> Sums:

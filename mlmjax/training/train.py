@@ -1,7 +1,7 @@
 """train_and_evaluate(config, workdir): the whole training run, top to bottom.
 
-    check the config -> lock the workdir -> input (data, tokenizer, masker) -> mesh + sharded
-    state -> restore? -> loop: train step, host bookkeeping, [eval], [checkpoint] -> the end
+    settings from the config, checked -> lock the workdir -> input (data, tokenizer, masker)
+    -> mesh + sharded state -> restore? -> loop: train step, host bookkeeping, [eval], [checkpoint] -> the end
 
 The step loop itself (the order of things, preemption, the non-finite policy) is loop.py's,
 shared with fine-tuning. The host side of the loop has participants that it treats alike: its
@@ -17,7 +17,6 @@ import time
 
 from absl import logging
 import jax
-import ml_collections
 import numpy as np
 
 from mlmjax.data import prefetch
@@ -38,6 +37,7 @@ from mlmjax.training import phases as phases_lib
 from mlmjax.training import profiling
 from mlmjax.training import steps
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings, TrainSettings
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training import workdir_lock
 
@@ -45,9 +45,9 @@ from mlmjax.training import workdir_lock
 class LoopState:
   """Metric sums of the current logging interval, and the non-finite policy's counters."""
 
-  def __init__(self, train_config):
+  def __init__(self, train: TrainSettings):
     self.interval: dict[str, float] = {}
-    self.nonfinite = loop.NonFinitePolicy(train_config)
+    self.nonfinite = loop.NonFinitePolicy(train.nonfinite_policy, train.max_consecutive_skips)
 
   def record(self, step: int, m: dict) -> bool:
     """Adds a finished step's metrics; False if its update was skipped (non-finite)."""
@@ -75,11 +75,12 @@ class LoopState:
     self.nonfinite.load(state)
 
 
-def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, config,
-                    mesh) -> dict[str, float]:
-  """Held-out metrics over `train.eval_batches` fixed batches (the same masks every time)."""
+def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, shape: input_lib.Shape,
+                    mesh, batch_size: int | None = None) -> dict[str, float]:
+  """Held-out metrics over `train.eval_batches` fixed batches of `shape` (a phase; with
+  `batch_size` rows, default the phase's): the same masks every time."""
   totals: dict[str, np.ndarray] = {}
-  for batch in run_input.eval_batches(config):
+  for batch in run_input.eval_batches(shape, batch_size):
     sums = jax.device_get(eval_step(params, sharding.to_device(batch, mesh)))
     for k, v in sums.items():
       totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
@@ -91,44 +92,46 @@ def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, config,
 
 
 def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> dict[str, float]:
-  """Trains (resuming from `workdir` if it holds a checkpoint); returns the last eval metrics.
+  """Trains with `config` (a ConfigDict of configs/base.py's keys, or RunSettings), resuming
+  from `workdir` if it holds a checkpoint; returns the last eval metrics.
 
   `stop_after` ends this call early at that step, with a checkpoint, as an interruption would:
   the run continues exactly where it stopped on the next call (e.g. Colab sessions in chunks).
   """
-  if config.init_from:  # the checkpoint's architecture and tokenizer, before the checks
-    config = importer.configure(config)
-  config_check.check(config)  # before anything is written
+  settings = RunSettings.from_config(config)
+  if settings.init_from:  # the checkpoint's architecture and tokenizer, before the checks
+    settings = importer.configure(settings)
+  config_check.check(settings)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
   with workdir_lock.WorkdirLock(run.lock, workdir):
-    return _Trainer(config, run).run(stop_after)
+    return _Trainer(settings, run).run(stop_after)
 
 
 class _Trainer(loop.StepLoop):
   """One training run; `run()` is the story, the other methods its parts and the loop's hooks."""
 
-  def __init__(self, config, run: workdir_lib.Workdir):
-    self.config, self.workdir = config, run
-    self.input = input_lib.build(config, run.tokenizers, run.vocab_stats)
+  def __init__(self, settings: RunSettings, run: workdir_lib.Workdir):
+    self.settings, self.workdir = settings, run
+    self.input = train_state.build_input(settings, run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
-    self.mesh = sharding.make_mesh(config.mesh)
-    self.phases = phases_lib.plan(config)
-    self.feedback = masking_feedback.for_config(config.masking, vocab_size)
-    self.loop = LoopState(config.train)
-    self.setup = train_state.make_setup(config, vocab_size, self.mesh)
+    self.mesh = sharding.make_mesh(settings.mesh)
+    self.phases = phases_lib.plan(settings)
+    self.feedback = masking_feedback.for_settings(settings.masking, vocab_size)
+    self.loop = LoopState(settings.train)
+    self.setup = train_state.make_setup(settings, vocab_size, self.mesh)
     # The mask rate by step (None: masking.mask_rate throughout); phases take their piece.
-    self.mask_rates = (phases_lib.mask_rates(config)
-                       if phases_lib.schedules_mask_rate(config) else None)
+    self.mask_rates = (phases_lib.mask_rates(settings)
+                       if phases_lib.schedules_mask_rate(settings) else None)
     self._steps_by_rope_base: dict[float, tuple] = {}
     self.ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
-                                            config.train.max_checkpoints_to_keep)
-    self.checkpoint_every = config.train.checkpoint_every_steps
+                                            settings.train.max_checkpoints_to_keep)
+    self.checkpoint_every = settings.train.checkpoint_every_steps
     num_params = sum(int(np.prod(x.shape))
                      for x in jax.tree.leaves(self.setup.abstract_state["params"]))
     logging.info("Model: %s parameters; mesh %s on %d devices", f"{num_params:,}",
                  dict(self.mesh.shape), self.mesh.size)
-    self.phase = self.phase_config = self.data = None
+    self.phase = self.data = None
     self.eval_metrics: dict[str, float] = {}
 
   def _open_phase(self, phase: phases_lib.Phase):
@@ -136,26 +139,24 @@ class _Trainer(loop.StepLoop):
     the mesh while the device computes."""
     if self.data is not None:
       self.data.close()
-    self.phase, self.phase_config = phase, phases_lib.phase_config(self.config, phase)
-    self.train_step, self.eval_step = self._steps_for(self.phase_config)
+    self.phase = phase
+    self.train_step, self.eval_step = self._steps_for(phase.rope_base)
     self.data = prefetch.DevicePrefetcher(
-        self.input.train_iter(self.phase_config, phase.start, self.feedback.weights_at,
-                              self.mask_rates,
-                              phase.index),  # a mixture's weights may differ per phase
-        self.mesh, self.config.data.device_prefetch)
+        self.input.train_iter(phase, phase.start, self.feedback.weights_at, self.mask_rates),
+        self.mesh, self.settings.data.device_prefetch)
     return self.data
 
-  def _steps_for(self, phase_config):
+  def _steps_for(self, rope_base: float):
     """The train and eval steps of a phase: one pair per rotary base (the base is part of the
     model's graph, not of its parameters; new shapes only retrace the same jitted steps)."""
-    base = phase_config.model.rope_base
-    if base not in self._steps_by_rope_base:
-      setup = train_state.with_model(self.setup, phase_config, self.input.tokenizer.vocab_size)
-      # The run's config, not the phase's: dropout keys are seeded by the run's seed.
-      self._steps_by_rope_base[base] = (
-          steps.make_pretrain_step(setup, self.config, self.feedback.per_token_loss),
+    if rope_base not in self._steps_by_rope_base:
+      setup = train_state.with_rope_base(self.setup, self.settings,
+                                         self.input.tokenizer.vocab_size, rope_base)
+      # Dropout keys are seeded by the run's seed (a phase's seed is its data's).
+      self._steps_by_rope_base[rope_base] = (
+          steps.make_pretrain_step(setup, self.settings, self.feedback.per_token_loss),
           steps.make_eval_step(setup))
-    return self._steps_by_rope_base[base]
+    return self._steps_by_rope_base[rope_base]
 
   def _restore(self):
     # The iterator in a checkpoint is that of the phase which trained its last step.
@@ -164,9 +165,9 @@ class _Trainer(loop.StepLoop):
         lambda step: self._open_phase(phases_lib.phase_at(self.phases, max(step - 1, 0))))
     if restored is None:
       self._open_phase(self.phases[0])
-      if self.config.init_from:
-        logging.info("Starting from %s in %s", self.config.init_from, self.workdir.path)
-        return 0, importer.initial_state(self.config, self.setup, self.input.tokenizer)
+      if self.settings.init_from:
+        logging.info("Starting from %s in %s", self.settings.init_from, self.workdir.path)
+        return 0, importer.initial_state(self.settings, self.setup, self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])
@@ -176,14 +177,14 @@ class _Trainer(loop.StepLoop):
 
   def _peak_flops(self) -> float:
     """The mesh's rated peak at the compute dtype, else a matmul timed here (e.g. a CPU)."""
-    dtype = bert.compute_dtype(self.config.model.dtype)
+    dtype = bert.compute_dtype(self.settings.model.dtype)
     peak = flops.rated_peak(self.mesh.devices.flat[0], dtype) or flops.measured_matmul_peak(dtype)
     return peak * self.mesh.size
 
   def _set_throughput_shapes(self) -> None:
     self.throughput.set_shapes(
         self.phase.batch_size * self.phase.seq_len,
-        train_state.train_flops_per_token(self.config, self.input.tokenizer.vocab_size,
+        train_state.train_flops_per_token(self.settings, self.input.tokenizer.vocab_size,
                                           self.phase.seq_len, self.phase.max_predictions))
 
   def _eval_missing(self, step: int) -> bool:
@@ -212,22 +213,23 @@ class _Trainer(loop.StepLoop):
     if step == self.start + 1:
       self.throughput.update(step)  # start timing after the first step: excludes compilation
     self.feedback.after_step(step, m, applied=self.loop.record(step, m))
-    if step % self.config.train.log_every_steps == 0 or step == self.config.train.steps:
+    t = self.settings.train
+    if step % t.log_every_steps == 0 or step == t.steps:
       row = self.loop.take_row(m)
       if row:
         row.update(self.throughput.update(step),
                    input_wait_fraction=self.data.take_wait_fraction())
-        metrics_lib.log_progress(step, self.config.train.steps, row)
+        metrics_lib.log_progress(step, t.steps, row)
         self.writer.write(step, row)
 
   def eval_due(self, step: int) -> bool:
-    return step % self.config.train.eval_every_steps == 0 or step == self.config.train.steps
+    t = self.settings.train
+    return step % t.eval_every_steps == 0 or step == t.steps
 
   def evaluate(self, step: int, state) -> None:
     # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
-    eval_config = ml_collections.ConfigDict(self.phase_config.to_dict())
-    eval_config.train.batch_size = self.config.train.batch_size
-    out = heldout_metrics(self.eval_step, state["params"], self.input, eval_config, self.mesh)
+    out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase, self.mesh,
+                          self.settings.train.batch_size)
     logging.info("eval at step %d: %s", step,
                  ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
     self.writer.write(step, out)
@@ -244,9 +246,9 @@ class _Trainer(loop.StepLoop):
 
   # ---- the run -------------------------------------------------------------------------------
   def run(self, stop_after: int | None) -> dict[str, float]:
-    t = self.config.train
+    t = self.settings.train
     self.start, state = self._restore()
-    self.workdir.save_config(self.config)  # only now: a config that cannot resume changes nothing
+    self.workdir.save_config(self.settings.to_config_dict())  # only now: settings that cannot resume change nothing
     self.writer = metrics_lib.MetricWriter(self.workdir.metrics, self.workdir.tensorboard,
                                            resume_step=self.start)
     self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())

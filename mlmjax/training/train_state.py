@@ -16,6 +16,7 @@ import optax
 from flax import nnx
 
 from mlmjax.data import formats
+from mlmjax.data import run_input
 from mlmjax.models import bert
 from mlmjax.models import compile_target
 from mlmjax.models import electra
@@ -24,6 +25,7 @@ from mlmjax.models import param_names
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer
+from mlmjax.training.settings import ObjectiveSettings, RunSettings
 
 State = dict[str, Any]
 
@@ -85,44 +87,54 @@ def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
   return out
 
 
-def build_model(config, vocab_size: int, seed: int, mesh: jax.sharding.Mesh) -> nnx.Module:
-  """The pretraining model the config asks for (BERT-style MLM, or ELECTRA), for `mesh`."""
-  model = ModelSettings.from_config(config.model)
-  if config.objective.kind == "electra":
-    return electra.ElectraForPretraining(model, config.objective.generator_fraction, vocab_size,
+def build_model(model: ModelSettings, objective: ObjectiveSettings, data_format: str,
+                vocab_size: int, seed: int, mesh: jax.sharding.Mesh) -> nnx.Module:
+  """The pretraining model (BERT-style MLM, or ELECTRA) with the heads the objective and the
+  data format ask for, for `mesh`."""
+  if objective.kind == "electra":
+    return electra.ElectraForPretraining(model, objective.generator_fraction, vocab_size,
                                          nnx.Rngs(params=seed), target(mesh))
   return bert.BertForPretraining(model, vocab_size, nnx.Rngs(params=seed),
-                                 nsp_head=formats.has_pair_labels(config.data.format),
-                                 sbo_head=config.objective.span_boundary_weight > 0,
+                                 nsp_head=formats.has_pair_labels(data_format),
+                                 sbo_head=objective.span_boundary_weight > 0,
                                  target=target(mesh))
 
 
-def train_flops_per_token(config, vocab_size: int, seq_len: int | None = None,
+def train_flops_per_token(s: RunSettings, vocab_size: int, seq_len: int | None = None,
                           max_predictions: int | None = None) -> float:
   """models/flops.py's count for the model build_model makes, at a row length and slot count
   (default: data.seq_len, masking.max_predictions_per_seq)."""
-  electra_run = config.objective.kind == "electra"
+  electra_run = s.objective.kind == "electra"
   return flops.train_flops_per_token(
-      ModelSettings.from_config(config.model), vocab_size, seq_len or config.data.seq_len,
-      max_predictions or config.masking.max_predictions_per_seq,
-      config.objective.generator_fraction if electra_run else None)
+      s.model, vocab_size, seq_len or s.data.seq_len,
+      max_predictions or s.masking.max_predictions_per_seq,
+      s.objective.generator_fraction if electra_run else None)
 
 
-def make_setup(config, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
-  """The pretraining model of `config` with its optimizer (`config.train`), sharded by
-  `config.mesh.rules`."""
-  return sharded_setup(lambda: build_model(config, vocab_size, config.seed, mesh),
-                       optimizer.make_optimizer(config.train), mesh, config.mesh.rules,
-                       config.model.scan_layers)
+def make_setup(s: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
+  """The pretraining model of `s` with its optimizer (`s.train`), sharded by `s.mesh.rules`."""
+  return sharded_setup(
+      lambda: build_model(s.model, s.objective, s.data.format, vocab_size, s.seed, mesh),
+      optimizer.make_optimizer(s.train), mesh, s.mesh.rules, s.model.scan_layers)
 
 
-def with_model(setup: Setup, config, vocab_size: int) -> Setup:
-  """`setup` running the pretraining model of `config`, whose architecture differs at most in
-  what is not a parameter (a phase's rotary base): same parameters, optimizer, shardings."""
+def with_rope_base(setup: Setup, s: RunSettings, vocab_size: int, rope_base: float) -> Setup:
+  """`setup` running the pretraining model of `s` with another rotary base (a phase's): the
+  base is part of the graph, not of the parameters, so the parameters, optimizer and shardings
+  stay."""
+  model = dataclasses.replace(s.model, rope_base=rope_base)
   abstract_model = nnx.eval_shape(
-      lambda: build_model(config, vocab_size, config.seed, setup.mesh))
+      lambda: build_model(model, s.objective, s.data.format, vocab_size, s.seed, setup.mesh))
   graphdef, _ = nnx.split(abstract_model)
   return dataclasses.replace(setup, graphdef=graphdef)
+
+
+def build_input(s: RunSettings, tokenizer_paths: dict[str, str], stats_path: str
+                ) -> run_input.RunInput:
+  """The run's input (data/run_input.py) from the sections it reads."""
+  return run_input.build(s.data, s.tokenizer, s.masking,
+                         run_input.HeldOut(s.eval.mask_rate, s.train.eval_batches),
+                         s.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
 
 
 def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,

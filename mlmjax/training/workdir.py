@@ -31,7 +31,6 @@ import json
 import os
 
 import jax
-import ml_collections
 
 from mlmjax import errors
 from mlmjax import paths
@@ -94,6 +93,7 @@ class Workdir:
                              f" {e.strerror or e}") from None
 
   def save_config(self, config) -> None:
+    """config.json: `config`, a ConfigDict (settings' `to_config_dict()`)."""
     if jax.process_index() == 0:
       _write_atomic(self.config, saved_config.dumps(config))
 
@@ -105,9 +105,9 @@ class Workdir:
   def has_config(self) -> bool:
     return paths.isfile(self.config)
 
-  def load_config(self) -> ml_collections.ConfigDict:
-    """The pretraining run's config, read onto today's defaults (runs saved by an earlier
-    mlmjax lack the keys added since)."""
+  def load_config(self):
+    """The pretraining run's settings (RunSettings), read onto today's defaults (runs saved by
+    an earlier mlmjax lack the keys added since)."""
     if not self.has_config():
       raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
     return saved_config.load(self.config)

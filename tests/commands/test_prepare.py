@@ -14,10 +14,9 @@ import pytest
 
 import storage_servers
 from configs import tiny
-from conftest import REPO, user_env
+from conftest import REPO, prepare, user_env
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import preparation
 from mlmjax.data import prepared
 
 NUM_FILES = 16
@@ -48,7 +47,7 @@ def reference(text_corpus, tokenizer_path, tmp_path_factory):
   out = str(tmp_path_factory.mktemp("ref") / "out")
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
-  preparation.prepare(config, text_corpus, out, NUM_FILES, workers=0)
+  prepare(config, text_corpus, out, NUM_FILES, workers=0)
   return out
 
 
@@ -130,9 +129,9 @@ def test_a_different_preparation_in_the_folder_is_refused(text_corpus, tokenizer
   with open(os.path.join(out, ".prepare", "plan.json"), "w") as f:
     f.write("{}")
   with pytest.raises(Exception, match=r"holds an unfinished preparation with other settings"):
-    preparation.prepare(config, text_corpus, out, NUM_FILES, workers=0)
+    prepare(config, text_corpus, out, NUM_FILES, workers=0)
   with pytest.raises(Exception, match=r"--host_index=2 must be in \[0, --num_hosts=2\)"):
-    preparation.prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2, host_index=2)
+    prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2, host_index=2)
 
 
 def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp_path):
@@ -143,7 +142,7 @@ def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp
   config.tokenizer.path = tokenizer_path
   stats = os.path.join(out, prepared.STATS)
   with pytest.raises(errors.UserError) as e:
-    preparation.prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2,
+    prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2,
                         host_index=1, host_wait_s=0.5)
   assert str(e.value) == (
       f"host 1: host 0 has not written {stats} in 0.5 s (--host_wait_minutes); run the same"

@@ -9,6 +9,8 @@ from mlmjax.data import sentences
 from mlmjax.data import tokenizer as tok
 from mlmjax.models import special_ids
 
+from conftest import eval_iter
+
 NUM_DOCS = 40
 
 
@@ -186,14 +188,13 @@ def test_single_sentences_are_cut_at_word_starts(data_format, tokenizer_path, co
 def test_a_one_document_split_makes_pairs(tokenizer_path, corpus, micro_config, make_masker):
   """A corpus under ~75 documents holds out one: NSP negatives then come from elsewhere in that
   document instead of crashing at the first eval."""
-  from mlmjax.data import pipeline, sources  # pylint: disable=g-import-not-at-top
+  from mlmjax.data import sources  # pylint: disable=g-import-not-at-top
   tokenizer = tok.Tokenizer.load(tokenizer_path)
   one = sources.TextSource("one", list(corpus[0][:30]), 50, held_out=True)
   assert len(one) == 1
   for data_format in formats.PAIR_FORMATS:
     micro_config.data.format = data_format
-    batches = list(pipeline.make_eval_iter(micro_config, tokenizer, one,
-                                           make_masker(micro_config)))
+    batches = list(eval_iter(micro_config, tokenizer, one, make_masker(micro_config)))
     assert len(batches) == micro_config.train.eval_batches
     labels = np.concatenate([b["nsp_labels"] for b in batches])
     assert 0 < labels.mean() < 1

@@ -13,6 +13,7 @@ from mlmjax.models import special_ids
 from mlmjax.training import config_check
 from mlmjax.training import phases
 from mlmjax.training import train
+from mlmjax.training.settings import RunSettings
 
 VOCAB = 1000
 
@@ -33,7 +34,7 @@ def _config(schedule="linear", steps=100, start=0.3, end=0.1, spec=()):
     ("cosine", lambda p: 0.1 + 0.2 * (1 + np.cos(np.pi * p)) / 2),
 ])
 def test_the_rate_of_each_step_follows_the_schedule(schedule, expected):
-  rates = phases.mask_rates(_config(schedule))
+  rates = phases.mask_rates(RunSettings.from_config(_config(schedule)))
   for done in (0, 10, 50, 99):
     assert rates.at(done) == pytest.approx(expected(done / 100)), done
 
@@ -42,16 +43,16 @@ def test_phases_with_rates_of_their_own_anneal_phase_by_phase():
   """mmBERT's 30% -> 15% -> 5%: each phase constant at its rate, or its own ramp."""
   spec = ((0.5, 256, 80, {"mask_rate": 0.3}), (0.3, 256, 80, {"mask_rate": 0.15}),
           (0.2, 256, 80, {"mask_rate": 0.15, "mask_rate_end": 0.05}))
-  rates = phases.mask_rates(_config("linear", spec=spec))
+  rates = phases.mask_rates(RunSettings.from_config(_config("linear", spec=spec)))
   assert [rates.at(d) for d in (0, 49, 50, 79)] == [0.3, 0.3, 0.15, 0.15]
   assert rates.at(80) == pytest.approx(0.15) and rates.at(90) == pytest.approx(0.1)
   # The slots follow the phase's highest rate: a full row of 254 maskable tokens.
-  assert [p.max_predictions for p in phases.plan(_config("linear", spec=spec))] == [
+  assert [p.max_predictions for p in phases.plan(RunSettings.from_config(_config("linear", spec=spec)))] == [
       76, 38, 38]
 
 
 def test_a_constant_rate_keeps_the_configured_slots():
-  assert phases.plan(_config("constant"))[0].max_predictions == 80
+  assert phases.plan(RunSettings.from_config(_config("constant")))[0].max_predictions == 80
 
 
 def _stats():
@@ -64,10 +65,10 @@ def _stats():
 def test_realised_rates_over_steps_match_the_schedule(strategy):
   config = _config("cosine")
   config.masking.strategy = strategy
-  rates = phases.mask_rates(config)
-  phase = phases.plan(config)[0]
+  rates = phases.mask_rates(RunSettings.from_config(config))
+  phase = phases.plan(RunSettings.from_config(config))[0]
   config.masking.max_predictions_per_seq = phase.max_predictions
-  masker = masking.Masker(config.masking, _stats(), mask_rates=rates)
+  masker = masking.Masker(masking.Settings.from_config(config.masking), _stats(), mask_rates=rates)
   rng = np.random.default_rng(0)
   ids = rng.integers(special_ids.NUM_SPECIAL, VOCAB, size=(32, 256)).astype(np.int32)
   ids[:, 0], ids[:, -1] = special_ids.CLS_ID, special_ids.SEP_ID
@@ -80,16 +81,16 @@ def test_realised_rates_over_steps_match_the_schedule(strategy):
 
 def test_rules():
   with pytest.raises(ConfigError, match="mask_rate_schedule='sine' is not one of"):
-    config_check.check(_config("sine"), 1, 1)
+    config_check.checked(_config("sine"), 1, 1)
   with pytest.raises(ConfigError, match="static' masks are fixed"):
     config = _config("linear")
     config.masking.strategy = "static"
-    config_check.check(config, 1, 1)
+    config_check.checked(config, 1, 1)
   with pytest.raises(ConfigError, match="its 4th item must be a dict of"):
-    config_check.check(_config(spec=((1.0, 256, 80, {"rate": 0.2}),)), 1, 1)
+    config_check.checked(_config(spec=((1.0, 256, 80, {"rate": 0.2}),)), 1, 1)
   with pytest.raises(ConfigError,
                      match="too small for the phase's highest mask rate 0.4 at seq_len 256"):
-    config_check.check(_config(start=0.4), 1, 1)
+    config_check.checked(_config(start=0.4), 1, 1)
 
 
 @pytest.mark.slow

@@ -131,7 +131,7 @@ def _select(strategy, stats, batch, step=0, gazetteer=None, **kw):
   s = masking.Settings.from_config(_cfg(strategy=strategy, **kw))
   rows = strategies.Rows.make(batch["input_ids"], batch["segment_ids"],
                               uniforms.Draws(0, step, np.arange(len(batch["input_ids"]))),
-                              s.mask_rate, s.max_predictions)
+                              s.mask_rate, s.max_predictions_per_seq)
   return rows, strategies.SELECTORS[strategy](rows, strategies.Context(s, stats, gazetteer))
 
 
@@ -178,7 +178,7 @@ def gazetteer(tok, tmp_path_factory):
 
 
 def _masker(stats, gazetteer=None, token_weights=None, **kw):
-  return masking.Masker(_cfg(**kw), stats, gazetteer, token_weights)
+  return masking.Masker(masking.Settings.from_config(_cfg(**kw)), stats, gazetteer, token_weights)
 
 
 # ------------------------------------------------------------------------------------ all strategies
@@ -727,7 +727,8 @@ def test_span_boundaries_of_a_hand_built_row():
   counts = np.ones(100, np.int64)
   stats = _synthetic_stats(counts)
   stats.word_start[:50] = False
-  m = masking.Masker(_cfg(strategy="span", mask_rate=0.9, span_p=1.0, span_max_words=1), stats,
+  m = masking.Masker(masking.Settings.from_config(_cfg(strategy="span", mask_rate=0.9, span_p=1.0,
+                                                     span_max_words=1)), stats,
                      span_boundaries=True)
   out = m({"input_ids": ids, "segment_ids": np.ones_like(ids)}, seed=0, step=0,
           example_ids=np.arange(1))

@@ -7,10 +7,8 @@ import collections
 import numpy as np
 import pytest
 
-from conftest import assert_resumes_exactly
-from mlmjax.data import preparation
+from conftest import assert_resumes_exactly, base_shape, build_input, prepare
 from mlmjax.data import mixture
-from mlmjax.data import run_input as input_lib
 from mlmjax.errors import ConfigError
 from mlmjax.training import config_check
 from mlmjax.training import train
@@ -52,7 +50,7 @@ def test_a_run_over_a_mixture_resumes_exactly_across_its_weight_switch(tmp_path,
 
   # Each phase's input reads its own mix.
   run = workdir_lib.Workdir(straight)
-  inp = input_lib.build(config, run.tokenizers, run.vocab_stats)
+  inp = build_input(config, run.tokenizers, run.vocab_stats)
   for phase, extra_share in ((0, 0.3), (1, 0.8)):
     source = inp.train_source.reweighted(mixture.phase_weights(config.data, phase))
     share = np.mean([source.locate(j)[0] for j in range(1000)])
@@ -64,23 +62,23 @@ def test_prepared_sources_mix(tmp_path, micro_config, tokenizer_path):
   (tmp_path / "extra.txt").write_text("\n\n".join(f"Extra document {i}." for i in range(40)))
   prep = tiny.get_config()
   prep.tokenizer.path = tokenizer_path
-  preparation.prepare(prep, f"{tmp_path}/extra.txt", str(tmp_path / "a"), num_files=2)
-  preparation.prepare(prep, "builtin", str(tmp_path / "b"), num_files=2)
+  prepare(prep, f"{tmp_path}/extra.txt", str(tmp_path / "a"), num_files=2)
+  prepare(prep, "builtin", str(tmp_path / "b"), num_files=2)
   micro_config.data.sources = f"1:prepared:{tmp_path}/a; 3:prepared:{tmp_path}/b"
   run = workdir_lib.Workdir(str(tmp_path / "run"))
   run.make_writable()
-  inp = input_lib.build(micro_config, run.tokenizers, run.vocab_stats)
+  inp = build_input(micro_config, run.tokenizers, run.vocab_stats)
   source = inp.train_source
   assert isinstance(source, mixture.PreparedMixture)
   # The weights hold for prepared data: a quarter of the documents read back (tokens, decoded)
   # are the extra file's, three quarters the built-in corpus's.
   texts = [inp.tokenizer.decode(np.concatenate(source.sentences(j))) for j in range(400)]
   assert sum(t.startswith("Extra document") for t in texts) == 100
-  batch = next(inp.train_iter(micro_config))
+  batch = next(inp.train_iter(base_shape(micro_config)))
   assert batch["input_ids"].shape == (micro_config.train.batch_size, micro_config.data.seq_len)
   micro_config.data.sources = f"1:prepared:{tmp_path}/a; 3:builtin"
   with pytest.raises(ConfigError, match="mixes prepared data and raw text"):
-    input_lib.build(micro_config, run.tokenizers, run.vocab_stats)
+    build_input(micro_config, run.tokenizers, run.vocab_stats)
 
 
 @pytest.mark.parametrize("sources,phase_weights,phases,message", [
@@ -98,11 +96,11 @@ def test_bad_mixture_settings_are_config_errors(micro_config, sources, phase_wei
   micro_config.data.sources, micro_config.data.sources_phase_weights = sources, phase_weights
   micro_config.train.phases = phases
   with pytest.raises(ConfigError, match=message):
-    config_check.check(micro_config)
+    config_check.checked(micro_config)
 
 
 def test_data_source_and_sources_are_exclusive(micro_config):
   micro_config.data.sources = "1:builtin"
   micro_config.data.source = "corpus/*.txt"
   with pytest.raises(ConfigError, match=r"replaces data.source='corpus/\*.txt': set one"):
-    config_check.check(micro_config)
+    config_check.checked(micro_config)

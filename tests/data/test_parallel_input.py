@@ -15,13 +15,15 @@ from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
 from mlmjax.training import masking_feedback
 
+from conftest import train_iter
+
 MIXTURE = "random=0.2,whole_word=0.2,span=0.2,entity=0.2,frequency=0.2"
 
 
 def _iter(config, corpus, masker, workers, state=None):
   config.data.worker_count = workers
   tok = tok_lib.Tokenizer.load(config.tokenizer.path)
-  it = pipeline.make_train_iter(config, tok, corpus[0], masker)
+  it = train_iter(config, tok, corpus[0], masker)
   if state is not None:
     it.set_state(state)
   return it
@@ -92,8 +94,8 @@ def test_prefetch_checkpoints_what_was_taken_and_masks_after_the_feedback(
   runs = []
   for depth in (0, 3):
     feedback = masking_feedback.TokenLossFeedback(len(tok), every_steps=2, decay=0.5)
-    masker = masking.Masker(c.masking, vocab_stats_for_tests, None, feedback.weights_at)
-    data = prefetch.DevicePrefetcher(pipeline.make_train_iter(c, tok, corpus[0], masker), mesh,
+    masker = masking.Masker(masking.Settings.from_config(c.masking), vocab_stats_for_tests, None, feedback.weights_at)
+    data = prefetch.DevicePrefetcher(train_iter(c, tok, corpus[0], masker), mesh,
                                      depth)
     seen = []
     for step in range(1, 7):

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from mlmjax.data import formats
-from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.models import special_ids
+
+from conftest import eval_iter, train_iter
 
 
 def test_tokenizer_special_ids_and_roundtrip(tokenizer_path, tmp_path):
@@ -30,7 +31,7 @@ def test_tokenizer_special_ids_and_roundtrip(tokenizer_path, tmp_path):
 def test_pipeline_batches_and_exact_restore(micro_config, corpus, make_masker, data_format):
   micro_config.data.format = data_format
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
-  it = pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
+  it = train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
   first = next(it)
   b = micro_config.train.batch_size
   assert first["input_ids"].shape == (b, 32)
@@ -42,7 +43,7 @@ def test_pipeline_batches_and_exact_restore(micro_config, corpus, make_masker, d
     next(it)
   state = it.get_state()
   expected = [next(it) for _ in range(3)]
-  again = pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
+  again = train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
   again.set_state(state)
   for want in expected:
     got = next(again)
@@ -52,8 +53,8 @@ def test_pipeline_batches_and_exact_restore(micro_config, corpus, make_masker, d
 
 def test_eval_iter_is_fixed(micro_config, corpus, make_masker):
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
-  a = list(pipeline.make_eval_iter(micro_config, tok, corpus[1], make_masker(micro_config)))
-  b = list(pipeline.make_eval_iter(micro_config, tok, corpus[1], make_masker(micro_config)))
+  a = list(eval_iter(micro_config, tok, corpus[1], make_masker(micro_config)))
+  b = list(eval_iter(micro_config, tok, corpus[1], make_masker(micro_config)))
   assert len(a) == micro_config.train.eval_batches
   for x, y in zip(a, b):
     for k in x:
@@ -71,7 +72,7 @@ def test_rows_of_a_long_document_spread_over_batches(data_format, micro_config, 
   docs = [" ".join([f"And {names[i // 10]} saw {names[i % 10]} there."] * 40) for i in range(100)]
   train = sources.TextSource("numbered", docs, 50, held_out=False)
   micro_config.data.format = data_format
-  it = pipeline.make_train_iter(micro_config, tok, train, make_masker(micro_config))
+  it = train_iter(micro_config, tok, train, make_masker(micro_config))
   for _ in range(4):
     batch = next(it)
     original = batch["input_ids"].copy()  # unmasked: a masked "saw" would hide the pair

@@ -13,13 +13,11 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from conftest import REPO, assert_same_arrays, saved_state, user_env
+from conftest import REPO, assert_same_arrays, base_shape, build_input, prepare, saved_state, train_iter, user_env
 from mlmjax import errors
-from mlmjax.data import preparation
 from mlmjax.data import formats
 from mlmjax.data import pipeline
 from mlmjax.data import prepared
-from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
@@ -50,9 +48,9 @@ def _config(micro_config, source):
 def _batches(config, tmp_path, name, train_batches=3):
   run = workdir_lib.Workdir(str(tmp_path / name))
   os.makedirs(run.path)
-  inp = input_lib.build(config, run.tokenizers, run.vocab_stats)
-  it = inp.train_iter(config)
-  return [next(it) for _ in range(train_batches)] + list(inp.eval_batches(config))
+  inp = build_input(config, run.tokenizers, run.vocab_stats)
+  it = inp.train_iter(base_shape(config))
+  return [next(it) for _ in range(train_batches)] + list(inp.eval_batches(base_shape(config)))
 
 
 def test_manifest_and_files(kjv, tokenizer_path):
@@ -91,7 +89,7 @@ def test_each_shard_opens_only_its_own_files(kjv, micro_config, make_masker, dat
   config.data.format, config.data.num_shards = data_format, 4
   split = prepared.open_source(config.data.source).split("train")
   tok = tok_lib.Tokenizer.load(config.tokenizer.path)
-  spec = pipeline.make_train_iter(config, tok, split, make_masker(config)).spec
+  spec = train_iter(config, tok, split, make_masker(config)).spec
   it = pipeline.ShardedIterator(dataclasses.replace(spec, shards=(1,)))  # process 1's view
   for _ in range(40):
     next(it)
@@ -104,7 +102,7 @@ def test_a_run_refuses_what_the_data_does_not_fit(kjv, micro_config, tmp_path, c
 
   def error(config):
     with pytest.raises(errors.UserError) as e:
-      input_lib.build(config, run.tokenizers, run.vocab_stats)
+      build_input(config, run.tokenizers, run.vocab_stats)
     return str(e.value)
 
   other = tok_lib.train_tokenizer(corpus[0][:100], 300, "unigram", 10_000)
@@ -137,9 +135,9 @@ def test_a_run_refuses_what_the_data_does_not_fit(kjv, micro_config, tmp_path, c
 def test_prepare_refuses_bad_output_and_prepared_input(kjv, tmp_path):
   config = tiny.get_config()
   with pytest.raises(errors.UserError, match=f"--out={kjv} exists and is not an empty folder"):
-    preparation.prepare(config, "builtin", kjv)
+    prepare(config, "builtin", kjv)
   with pytest.raises(errors.UserError, match="is prepared already"):
-    preparation.prepare(config, f"prepared:{kjv}", str(tmp_path / "again"))
+    prepare(config, f"prepared:{kjv}", str(tmp_path / "again"))
   assert not os.path.exists(tmp_path / "again")
 
 

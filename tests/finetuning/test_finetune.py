@@ -18,13 +18,14 @@ from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import examples as examples_lib
+from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.models import param_names
 from mlmjax.models import special_ids
-from mlmjax.training import config_check
 from mlmjax.training import loop
 from mlmjax.training import metrics as metrics_lib
+from mlmjax.training import phases
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 
@@ -143,21 +144,21 @@ def test_finetune_stops_on_nonfinite_steps_as_pretraining_does(pretrained, tmp_p
 def test_held_out_metrics_are_at_the_eval_mask_rate(pretrained):
   """Training masked 30%; held-out batches mask eval.mask_rate (15%) of the maskable tokens."""
   run = workdir_lib.Workdir(pretrained)
-  config = run.load_config()
-  assert (config.masking.mask_rate, config.eval.mask_rate) == (0.3, 0.15)
-  held_out = input_lib.held_out_config(config)
-  assert held_out.masking.max_predictions_per_seq == 9  # round(0.15 * 62)
-  run_input = input_lib.held_out_input(config, run.tokenizer, run.vocab_stats)
+  s = run.load_config()
+  assert (s.masking.mask_rate, s.eval.mask_rate) == (0.3, 0.15)
+  assert input_lib.held_out_max_predictions(s.data.seq_len, s.eval.mask_rate) == 9  # 0.15 x 62
+  run_input = input_lib.held_out_input(
+      s.data, s.masking, input_lib.HeldOut(s.eval.mask_rate, s.train.eval_batches),
+      s.objective.span_boundary_weight > 0, run.tokenizer, run.vocab_stats)
   masked = maskable = 0
-  for batch in run_input.eval_batches(config):
+  for batch in run_input.eval_batches(phases.base_shape(s)):
     masked += batch["masked_weights"].sum()
     specials = (special_ids.CLS_ID, special_ids.SEP_ID)  # ([MASK] inputs were maskable)
     maskable += ((batch["segment_ids"] > 0) & ~np.isin(batch["input_ids"], specials)).sum()
   assert 0.14 < masked / maskable < 0.16, masked / maskable
-  config.eval.mask_rate = 1.0
   with pytest.raises(errors.ConfigError, match="eval.mask_rate=1.0 must be strictly between 0"
                      " and 1"):
-    config_check.check(config)
+    s.replace(eval={"mask_rate": 1.0})
 
 
 def test_finetune_config_rules(pretrained):
@@ -166,10 +167,10 @@ def test_finetune_config_rules(pretrained):
   config.data.seq_len = 200
   with pytest.raises(errors.ConfigError, match="data.seq_len=200 must be between 5 and the"
                      " pretrained model's max_position_embeddings=128"):
-    config_check.check_finetune(config, pre)
+    FinetuneSettings.from_config(config).check_against(pre)
   config = _finetune_config(batch_size=12)
   with pytest.raises(errors.ConfigError, match="train.batch_size=12 must be divisible by"):
-    config_check.check_finetune(config, pre)  # 8 devices
+    FinetuneSettings.from_config(config).check_against(pre)  # 8 devices
 
 
 def _run(*args, stdin=None):

@@ -63,5 +63,5 @@ def test_kernels_this_machine_cannot_run_are_refused_up_front(impl, dropout, mes
   config.model.attention_impl = impl
   config.model.attention_dropout_rate = dropout
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(config, 1, 1)
+    config_check.checked(config, 1, 1)
   assert str(e.value) == message

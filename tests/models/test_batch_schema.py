@@ -7,13 +7,15 @@ import pytest
 
 from mlmjax.data import formats
 from mlmjax.data import masking
-from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.models import batch_schema
 from mlmjax.parallel import sharding
 from mlmjax.training import aot
 from mlmjax.training import steps
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
+
+from conftest import eval_iter, train_iter
 
 
 def _schema(config):
@@ -32,8 +34,9 @@ def test_the_pipeline_makes_the_schema(micro_config, corpus, vocab_stats_for_tes
   c.data.format = data_format
   c.objective.span_boundary_weight = 1.0 if span_boundaries else 0.0
   tok = tok_lib.Tokenizer.load(c.tokenizer.path)
-  masker = masking.Masker(c.masking, vocab_stats_for_tests, span_boundaries=span_boundaries)
-  for make in (pipeline.make_train_iter, pipeline.make_eval_iter):
+  masker = masking.Masker(masking.Settings.from_config(c.masking), vocab_stats_for_tests,
+                          span_boundaries=span_boundaries)
+  for make in (train_iter, eval_iter):
     batch = next(iter(make(c, tok, corpus[0], masker)))
     assert {k: (v.shape, v.dtype) for k, v in batch.items()} == _schema(c), make.__name__
 
@@ -44,20 +47,20 @@ def test_compile_traces_the_steps_with_the_schema(micro_config):
   c = micro_config
   c.objective.span_boundary_weight = 1.0
   mesh = sharding.make_mesh(c.mesh)
-  spec = aot.batch_spec(c, mesh, c.masking.max_predictions_per_seq)
+  spec = aot.batch_spec(RunSettings.from_config(c), mesh, c.masking.max_predictions_per_seq)
   assert {k: (v.shape, v.dtype) for k, v in spec.items()} == _schema(c)
-  setup = train_state.make_setup(c, 512, mesh)
-  _, metrics = jax.eval_shape(steps.make_pretrain_step(setup, c), setup.abstract_state, spec)
+  setup = train_state.make_setup(RunSettings.from_config(c), 512, mesh)
+  _, metrics = jax.eval_shape(steps.make_pretrain_step(setup, RunSettings.from_config(c)), setup.abstract_state, spec)
   assert "sbo_loss_sum" in metrics
 
 
 def test_a_model_names_the_keys_a_batch_lacks(micro_config):
   c = micro_config
-  setup = train_state.make_setup(c, 512, sharding.make_mesh(c.mesh))
-  spec = aot.batch_spec(c, sharding.make_mesh(c.mesh), c.masking.max_predictions_per_seq)
+  setup = train_state.make_setup(RunSettings.from_config(c), 512, sharding.make_mesh(c.mesh))
+  spec = aot.batch_spec(RunSettings.from_config(c), sharding.make_mesh(c.mesh), c.masking.max_predictions_per_seq)
   del spec["positions"]
   with pytest.raises(KeyError, match=r"the batch lacks \['positions'\] \(models/batch_schema.py"
                      r" says what makes them\)"):
-    jax.eval_shape(steps.make_pretrain_step(setup, c), setup.abstract_state, spec)
+    jax.eval_shape(steps.make_pretrain_step(setup, RunSettings.from_config(c)), setup.abstract_state, spec)
   assert set(batch_schema.HOST_ONLY).isdisjoint(_schema(c))
   assert np.dtype(batch_schema.HOST_ONLY["sequence_keys"][1]) == np.int64

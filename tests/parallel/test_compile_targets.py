@@ -27,6 +27,7 @@ from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import aot
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
 
 def _config(**model):
   """tiny (2 of its layers: half the compile time) at a length the TPU kernel takes (multiples
@@ -42,7 +43,7 @@ def _config(**model):
 
 def _abstract_params(config, target):
   mesh = sharding.make_mesh(config.mesh, target.devices)
-  return train_state.make_setup(config, aot.vocab_size(config), mesh).abstract_state["params"]
+  return train_state.make_setup(RunSettings.from_config(config), aot.vocab_size(RunSettings.from_config(config).tokenizer), mesh).abstract_state["params"]
 
 
 def test_target_names():

@@ -57,7 +57,7 @@ def _config(**masking):
 ])
 def test_masking_rules(overrides, message):
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(_config(**overrides), num_devices=1, num_processes=1)
+    config_check.checked(_config(**overrides), num_devices=1, num_processes=1)
   assert str(e.value) == message
   assert isinstance(e.value, errors.UserError)
 
@@ -66,7 +66,7 @@ def test_empty_gazetteer(tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_text("\n  \n", encoding="utf-8")
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(_config(strategy="entity", entity_gazetteer=str(empty)), 1, 1)
+    config_check.checked(_config(strategy="entity", entity_gazetteer=str(empty)), 1, 1)
   assert str(e.value) == f"masking.entity_gazetteer: {str(empty)!r} has no phrases (one per line)"
 
 
@@ -76,12 +76,12 @@ def test_the_budget_rule_is_the_maskers_own_rounding():
   config = _config(max_predictions_per_seq=76)
   config.data.seq_len = 512
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(config, 1, 1)
+    config_check.checked(config, 1, 1)
   assert str(e.value) == (
       "masking.max_predictions_per_seq=76 is too small for masking.mask_rate=0.15 at seq_len"
       " 512: a full row wants 77 predictions; set it to at least 77")
   config.masking.max_predictions_per_seq = 77
-  config_check.check(config, 1, 1)
+  config_check.checked(config, 1, 1)
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -105,7 +105,7 @@ def test_other_rules(key, value, message):
   section, name = key.split(".")
   config[section][name] = value
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(config, 1, 1)
+    config_check.checked(config, 1, 1)
   assert str(e.value) == message
 
 
@@ -116,7 +116,7 @@ def test_every_preset_passes():
              *(roberta.get_config(s) for s in ("base", "large")),
              *(modernbert.get_config(s) for s in modernbert.SIZES)]
   for config in configs:
-    config_check.check(config, 8, 1)
+    config_check.checked(config, 8, 1)
 
 
 def test_heads_not_dividing_hidden_is_one_cli_line_and_writes_nothing(tmp_path):

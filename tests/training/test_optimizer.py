@@ -12,6 +12,7 @@ from mlmjax.training import config_check
 from mlmjax.training import optimizer as optim
 from mlmjax.training import steps
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)
 
@@ -40,7 +41,7 @@ def test_unknown_optimizer_is_a_one_line_error():
   config = small_config()
   config.train.optimizer = "sgd"
   with pytest.raises(errors.ConfigError) as e:
-    config_check.check(config)
+    config_check.checked(config)
   assert str(e.value) == "train.optimizer='sgd' is not one of adamw, lamb, muon"
 
 
@@ -147,9 +148,9 @@ def test_micro_batches_stay_on_their_devices():
   config = small_config((8, 1, 1))
   config.train.grad_accum_steps = 2
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(config, VOCAB, mesh)
+  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
            for k, v in synthetic_batches(1)[0].items()}
-  hlo = steps.make_pretrain_step(setup, config).lower(setup.abstract_state, batch).compile()
+  hlo = steps.make_pretrain_step(setup, RunSettings.from_config(config)).lower(setup.abstract_state, batch).compile()
   assert set(collectives_in(hlo.as_text())) == {"all-reduce"}

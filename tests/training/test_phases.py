@@ -12,6 +12,7 @@ from mlmjax.training import finished_run
 from mlmjax.training import optimizer
 from mlmjax.training import phases
 from mlmjax.training import train
+from mlmjax.training.settings import RunSettings
 
 
 @pytest.mark.slow
@@ -39,8 +40,8 @@ def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resum
   split = str(tmp_path / "split")
   assert_resumes_exactly(micro_config, straight, split, 3, caplog)
   # A finished run (predict, evaluate, export) runs at the base it was last trained at.
-  assert finished_run.load(straight).config.model.rope_base == 160_000.0
-  assert finished_run.load(split, step=3).config.model.rope_base == 10_000.0
+  assert finished_run.load(straight).settings.model.rope_base == 160_000.0
+  assert finished_run.load(split, step=3).settings.model.rope_base == 10_000.0
 
 
 def _train_config(unit):
@@ -67,15 +68,15 @@ def test_the_learning_rate_counts_tokens_through_a_batch_warmup():
 
 def test_phase_plan_and_rules():
   config = _train_config("tokens")
-  assert [p.batch_size for p in phases.plan(config)] == [8, 16]
-  config_check.check(config, 8, 1)
+  assert [p.batch_size for p in phases.plan(RunSettings.from_config(config))] == [8, 16]
+  config_check.checked(config, 8, 1)
   config.train.phases = ((1.0, 32, 6, {"batch_size": 12}),)
   with pytest.raises(ConfigError, match="train.batch_size=12 must be divisible by"):
-    config_check.check(config, 8, 1)
+    config_check.checked(config, 8, 1)
   config.train.phases = ((1.0, 32, 6, {"rope_base": -1.0}),)
   with pytest.raises(ConfigError, match="rope_base > 0"):
-    config_check.check(config, 8, 1)
+    config_check.checked(config, 8, 1)
   config.train.phases = ((1.0, 32, 6),)
   config.train.schedule_unit = "rows"
   with pytest.raises(ConfigError, match="train.schedule_unit='rows' is not one of"):
-    config_check.check(config, 8, 1)
+    config_check.checked(config, 8, 1)

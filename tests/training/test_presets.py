@@ -4,6 +4,7 @@ import pytest
 
 from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm
 from mlmjax.training import phases
+from mlmjax.training.settings import RunSettings
 
 BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
               "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16)}
@@ -23,7 +24,7 @@ def test_bert(size):
   assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.999, 1e-6)
   assert c.train.weight_decay == 0.01
   assert c.train.phases == ((0.9, 128, 20), (0.1, 512, 80))
-  plan = phases.plan(c)
+  plan = phases.plan(RunSettings.from_config(c))
   assert [(p.start, p.end, p.seq_len, p.max_predictions) for p in plan] == [
       (0, 900_000, 128, 20), (900_000, 1_000_000, 512, 80)]
   assert c.model.max_position_embeddings == 512

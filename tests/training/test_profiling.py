@@ -32,4 +32,4 @@ def test_a_run_writes_a_trace_of_the_steps_asked_for(micro_config, tmp_path):
 def test_bad_profile_steps_are_a_config_error(micro_config, spec):
   micro_config.train.profile_steps = spec
   with pytest.raises(errors.ConfigError, match="train.profile_steps"):
-    config_check.check(micro_config)
+    config_check.checked(micro_config)

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from conftest import assert_resumes_exactly, assert_same_arrays
-from mlmjax.data import pipeline
+from conftest import assert_resumes_exactly, assert_same_arrays, train_iter
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint
@@ -19,6 +18,7 @@ from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
 
 pytestmark = pytest.mark.slow  # every test trains and most resume
 
@@ -61,14 +61,14 @@ def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, mak
   micro_config.model.dropout_rate = 0.0  # (dropout on: see test_sharding.py)
   micro_config.model.attention_dropout_rate = 0.0
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
-  it = pipeline.make_train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
+  it = train_iter(micro_config, tok, corpus[0], make_masker(micro_config))
   batches = [next(it) for _ in range(4)]
   results = []
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(micro_config.mesh, devices)
     assert mesh.shape["data"] == len(devices)
-    setup = train_state.make_setup(micro_config, tok.vocab_size, mesh)
-    step = steps.make_pretrain_step(setup, micro_config)
+    setup = train_state.make_setup(RunSettings.from_config(micro_config), tok.vocab_size, mesh)
+    step = steps.make_pretrain_step(setup, RunSettings.from_config(micro_config))
     state = setup.init_fn()
     losses = []
     for b in batches:

@@ -2,15 +2,16 @@
 (seed, step, global example) or, for static masks, of (seed, sequence, epoch % dupe_factor).
 
   uniforms.py    counter-based random numbers (every draw is a hash of its coordinates)
-  units.py       words and whole-unit selection under a budget
+  units.py       the per-row budget, words and whole-unit selection under it
   spans.py       SpanBERT spans;  entities.py  gazetteer and capitalised-run entities
   strategies.py  the base strategies, one selection function each, in one table
   masker.py      mixture, static, the 80/10/10 replacement: what the pipeline calls
-  settings.py    the masking.* keys typed, the mixture spec, the per-row budget
+  settings.py    the masking.* keys typed and checked, the mixture spec
   rate_schedule.py  the mask rate as a function of the step (masking.mask_rate_schedule)
 """
 
 from mlmjax.data.masking.masker import Masker
 from mlmjax.data.masking.rate_schedule import RateSchedule, Segment
-from mlmjax.data.masking.settings import Settings, budget
+from mlmjax.data.masking.settings import Settings
+from mlmjax.data.masking.units import budget
 from mlmjax.data.masking.strategies import STATIC_BASES, STRATEGIES

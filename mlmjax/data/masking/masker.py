@@ -51,18 +51,18 @@ class Masker:
   keys pass through unchanged.
   """
 
-  def __init__(self, masking_config, stats: vocab_stats_lib.VocabStats,
+  def __init__(self, settings: settings_lib.Settings, stats: vocab_stats_lib.VocabStats,
                gazetteer: entities.Gazetteer | None = None,
                token_weights: Callable[[int], np.ndarray | None] | None = None,
                span_boundaries: bool = False,
                mask_rates: rate_schedule.RateSchedule | None = None):
-    """`masking_config`: config.masking, already checked (config_check.py).
+    """`settings`: the masking.* keys (settings.py).
     `token_weights(step)`: adaptive masking's weight table in force at that step.
     `span_boundaries`: also say where each masked slot's unit (span, word, entity, or the
     token itself) begins and ends, for SpanBERT's span-boundary objective.
     `mask_rates`: the rate as a function of the step (masking.mask_rate_schedule); None:
     masking.mask_rate at every step. Static masks are fixed, so they keep masking.mask_rate."""
-    self.settings = settings_lib.Settings.from_config(masking_config)
+    self.settings = settings
     self.mask_rates = mask_rates
     self.span_boundaries = span_boundaries
     self._ctx = strategies.Context(self.settings, stats, gazetteer,
@@ -85,10 +85,10 @@ class Masker:
       selected, new_ids = np.zeros(ids.shape, bool), ids.copy()
       head_col = np.zeros(ids.shape, np.int64)
       want = np.zeros(len(ids), np.int64)
-      cum = np.cumsum([w for _, w in s.mixture])
+      cum = np.cumsum([w for _, w in s.mixture_weights])
       u = uniforms.uniform(seed, uniforms.MIXTURE, step, example_ids, 1)[:, 0]
       choice = np.minimum(np.searchsorted(cum, u, side="right"), len(cum) - 1)
-      for i, (name, _) in enumerate(s.mixture):
+      for i, (name, _) in enumerate(s.mixture_weights):
         rows = np.nonzero(choice == i)[0]
         if len(rows):
           sub = {k: np.asarray(v)[rows] for k, v in batch.items() if _is_row_array(v, ids)}
@@ -98,7 +98,7 @@ class Masker:
       selected, new_ids, head_col, want = self._mask_rows(s.strategy, batch, seed, step,
                                                           example_ids)
     self._note_truncation(want)
-    out = _outputs(batch, ids, new_ids, selected, s.max_predictions)
+    out = _outputs(batch, ids, new_ids, selected, s.max_predictions_per_seq)
     if self.span_boundaries:
       out.update(_span_boundaries(selected, head_col, out["masked_positions"],
                                   out["masked_weights"]))
@@ -114,7 +114,7 @@ class Masker:
     seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
     rate = self.settings.mask_rate if self.mask_rates is None else self.mask_rates.at(step)
     rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids), rate,
-                                self.settings.max_predictions)
+                                self.settings.max_predictions_per_seq)
     sel = strategies.SELECTORS[strategy](rows, self._ctx)
     return sel.selected, self._replace(rows, sel), sel.head_col, rows.want
 
@@ -145,7 +145,7 @@ class Masker:
     dupes[inv] = np.asarray(batch["epochs"])[tok].astype(np.int64) % s.dupe_factor
     vrows = strategies.Rows.make(vids, vseg, uniforms.Draws(seed, sequence_keys=keys,
                                                             dupes=dupes),
-                                 s.mask_rate, s.max_predictions)
+                                 s.mask_rate, s.max_predictions_per_seq)
     if nv == 0:  # a batch of padding only
       return (np.zeros(ids.shape, bool), ids.copy(), np.zeros(ids.shape, np.int64),
               np.zeros(num_rows, np.int64))
@@ -163,13 +163,13 @@ class Masker:
     seq_row = np.zeros(nv, np.int64)
     seq_row[inv] = tr
     want = np.bincount(seq_row, weights=vrows.budget, minlength=num_rows)  # per-sequence budgets
-    over = np.nonzero(selected.sum(axis=1) > s.max_predictions)[0]
+    over = np.nonzero(selected.sum(axis=1) > s.max_predictions_per_seq)[0]
     if len(over):
       sel_o, hc_o = selected[over], np.where(selected[over], head_col[over], -1)
       heads = sel_o & (hc_o == np.arange(length))
       sizes = units.unit_sizes(hc_o, sel_o)
       accepted = units.greedy_units(trunc_score[over], heads, sizes,
-                                    np.full(len(over), s.max_predictions))
+                                    np.full(len(over), s.max_predictions_per_seq))
       selected[over] = units.expand(accepted, hc_o, sel_o)
       new_ids = np.where(selected, new_ids, ids)
     return selected, new_ids, head_col, want.astype(np.int64)
@@ -194,7 +194,7 @@ class Masker:
 
   def _note_truncation(self, want: np.ndarray) -> None:
     self._rows_seen += len(want)
-    self._rows_truncated += int(np.sum(want > self.settings.max_predictions))
+    self._rows_truncated += int(np.sum(want > self.settings.max_predictions_per_seq))
     if (not self._warned and self._rows_seen >= _WARN_MIN_ROWS
         and self._rows_truncated > _WARN_FRACTION * self._rows_seen):
       self._warned = True
@@ -202,7 +202,7 @@ class Masker:
           "masking: %.0f%% of rows want more than masking.max_predictions_per_seq=%d"
           " predictions at mask_rate=%g and are capped, lowering the effective rate; raise"
           " max_predictions_per_seq to about mask_rate * data.seq_len",
-          100.0 * self._rows_truncated / self._rows_seen, self.settings.max_predictions,
+          100.0 * self._rows_truncated / self._rows_seen, self.settings.max_predictions_per_seq,
           self.settings.mask_rate)
 
 

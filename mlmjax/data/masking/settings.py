@@ -1,5 +1,7 @@
-"""The `config.masking` keys as the masker uses them: typed settings, the mixture spec, the
-per-row prediction budget. The rules for their values are in mlmjax/training/config_check.py.
+"""The `config.masking` keys, typed and checked (`Settings.from_config`), and the mixture spec.
+
+Rules across sections stay in mlmjax/training/config_check.py: enough prediction slots for a
+phase's rows, no rate schedule for static masks, a gazetteer file that exists.
 """
 
 from __future__ import annotations
@@ -8,19 +10,12 @@ import dataclasses
 
 import numpy as np
 
+from mlmjax import typed_settings
+from mlmjax.data.masking import rate_schedule
+from mlmjax.data.masking import strategies
 from mlmjax.errors import ConfigError
 
 MIXTURE_EXAMPLE = "e.g. 'random=0.5,span=0.3,whole_word=0.2'"
-
-
-def budget(num_maskable, mask_rate: float, max_predictions: int):
-  """Tokens to mask in a row (or static sequence) with `num_maskable` maskable tokens:
-  round-half-up(mask_rate * n), at least 1 (BERT), 0 for an empty row, at most
-  max_predictions. The one formula of the masker and of the config check (which asks it about
-  a full row)."""
-  n = np.asarray(num_maskable)
-  want = np.where(n > 0, np.maximum(1, np.floor(n * mask_rate + 0.5)), 0).astype(np.int64)
-  return np.minimum(want, max_predictions), want
 
 
 def parse_mixture(spec: str) -> tuple[tuple[str, float], ...]:
@@ -51,36 +46,96 @@ def parse_mixture(spec: str) -> tuple[tuple[str, float], ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """The masking.* keys the masker reads, typed."""
+  """config.masking, typed (field names are the config's keys; configs/base.py says what each
+  means). `mixture_weights`: masking.mixture parsed, when the strategy is 'mixture'."""
 
   strategy: str
   mask_rate: float
+  mask_rate_schedule: str
+  mask_rate_end: float
+  max_predictions_per_seq: int
   mask_token_prob: float
   random_token_prob: float
-  max_predictions: int
   replacement: str
   span_p: float
   span_max_words: int
+  entity_gazetteer: str
   entity_heuristic: bool
   frequency_alpha: float
-  mixture: tuple[tuple[str, float], ...]
+  mixture: str
   dupe_factor: int
   static_strategy: str
+  adaptive_every_steps: int
+  adaptive_decay: float
+  stats_max_documents: int
+  mixture_weights: tuple[tuple[str, float], ...] = dataclasses.field(init=False)
 
   @classmethod
-  def from_config(cls, c) -> "Settings":
-    return cls(
-        strategy=c.strategy, mask_rate=float(c.mask_rate),
-        mask_token_prob=float(c.mask_token_prob), random_token_prob=float(c.random_token_prob),
-        max_predictions=int(c.max_predictions_per_seq), replacement=c.replacement,
-        span_p=float(c.span_p), span_max_words=int(c.span_max_words),
-        entity_heuristic=bool(c.entity_heuristic), frequency_alpha=float(c.frequency_alpha),
-        mixture=parse_mixture(c.mixture) if c.strategy == "mixture" else (),
-        dupe_factor=int(c.dupe_factor), static_strategy=c.static_strategy)
+  def from_config(cls, masking_config) -> "Settings":
+    """config.masking (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError
+    naming the `masking.` key of the first rule a value breaks."""
+    return typed_settings.from_section(cls, masking_config, "masking")
+
+  def __post_init__(self):
+    names = strategies.STRATEGIES
+    typed_settings.one_of("masking.strategy", self.strategy, names)
+    weights = parse_mixture(self.mixture) if self.strategy == "mixture" else ()
+    object.__setattr__(self, "mixture_weights", weights)
+    for name, _ in weights:
+      if name not in names or name == "mixture":
+        raise ConfigError(f"masking.mixture: {name!r} is not one of"
+                          f" {', '.join(n for n in names if n != 'mixture')}")
+    typed_settings.check_rate("masking.mask_rate", self.mask_rate)
+    typed_settings.one_of("masking.mask_rate_schedule", self.mask_rate_schedule,
+                          rate_schedule.SHAPES)
+    typed_settings.check_rate("masking.mask_rate_end", self.mask_rate_end)
+    if self.mask_token_prob < 0 or self.random_token_prob < 0 or (
+        self.mask_token_prob + self.random_token_prob > 1.0):
+      raise ConfigError("masking.mask_token_prob and masking.random_token_prob must be >= 0 and"
+                        f" sum to <= 1, got {self.mask_token_prob} + {self.random_token_prob}")
+    if self.max_predictions_per_seq < 1:
+      raise ConfigError(f"masking.max_predictions_per_seq={self.max_predictions_per_seq} must"
+                        " be >= 1")
+    typed_settings.one_of("masking.replacement", self.replacement, ("uniform", "unigram"))
+    if self.adaptive_every_steps < 1:
+      raise ConfigError(f"masking.adaptive_every_steps={self.adaptive_every_steps} must be"
+                        " >= 1")
+    if not 0.0 <= self.adaptive_decay < 1.0:
+      raise ConfigError(f"masking.adaptive_decay={self.adaptive_decay} must be in [0, 1)")
+    if self.stats_max_documents < 0:
+      raise ConfigError(f"masking.stats_max_documents={self.stats_max_documents} must be >= 0")
+    self._check_strategies_in_use()
+
+  def _check_strategies_in_use(self) -> None:
+    """The keys of the strategies this run uses (a key of one it does not use is ignored)."""
+    used = self.in_use()
+    if "static" in used:
+      if self.dupe_factor < 1:
+        raise ConfigError(f"masking.dupe_factor={self.dupe_factor} must be >= 1")
+      typed_settings.one_of("masking.static_strategy", self.static_strategy,
+                            strategies.STATIC_BASES)
+    if "span" in used:
+      if not 0.0 < self.span_p <= 1.0:
+        raise ConfigError(f"masking.span_p={self.span_p} must be in (0, 1] (SpanBERT: 0.2)")
+      if self.span_max_words < 1:
+        raise ConfigError(f"masking.span_max_words={self.span_max_words} must be >= 1"
+                          " (SpanBERT: 10)")
+    if "frequency" in used and not (np.isfinite(self.frequency_alpha)
+                                    and self.frequency_alpha >= 0):
+      raise ConfigError(f"masking.frequency_alpha={self.frequency_alpha} must be >= 0 (0:"
+                        " uniform, 1: inverse frequency)")
+    for needs_counts, what in (("frequency" in used, "strategy 'frequency'"),
+                               (self.replacement == "unigram", "replacement='unigram'")):
+      if needs_counts and self.stats_max_documents == 0:
+        raise ConfigError(f"masking.{what} needs token counts: set"
+                          " masking.stats_max_documents > 0")
+    if "entity" in used and not self.entity_heuristic and not self.entity_gazetteer:
+      raise ConfigError("masking.strategy 'entity' needs masking.entity_heuristic=True or a"
+                        " masking.entity_gazetteer file (one phrase per line)")
 
   def in_use(self) -> set[str]:
     """The strategy and, for mixture/static, the ones it draws on."""
-    used = {self.strategy, *(n for n, _ in self.mixture)}
+    used = {self.strategy, *(n for n, _ in self.mixture_weights)}
     if "static" in used:
       used.add(self.static_strategy)
     return used

@@ -3,7 +3,7 @@ single source of the strategy names. A selection function takes the rows to mask
 masker's context and returns which tokens are selected (and their units, for replacement).
 
 Common to all: maskable tokens are everything but [PAD]/[UNK]/[CLS]/[SEP]/[MASK] and segment 0
-(padding); a row selects at most its budget (settings.budget), and exactly its budget where it
+(padding); a row selects at most its budget (units.budget), and exactly its budget where it
 picks single tokens. Strategies that pick whole units (words, entities) may end a little below
 it when no remaining unit fits (BERT's whole-word rule).
 
@@ -56,7 +56,7 @@ class Rows:
   @classmethod
   def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int) -> "Rows":
     maskable = (ids >= special_ids.NUM_SPECIAL) & (seg > 0)
-    budget, want = settings_lib.budget(maskable.sum(axis=1), mask_rate, max_predictions)
+    budget, want = units.budget(maskable.sum(axis=1), mask_rate, max_predictions)
     return cls(ids, seg, draws, maskable, budget, want)
 
 

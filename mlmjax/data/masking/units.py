@@ -19,6 +19,16 @@ from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.models import special_ids
 
 
+def budget(num_maskable, mask_rate: float, max_predictions: int):
+  """Tokens to mask in a row (or static sequence) with `num_maskable` maskable tokens:
+  round-half-up(mask_rate * n), at least 1 (BERT), 0 for an empty row, at most
+  max_predictions. The one formula of the masker, the phases and the config check (which ask
+  it about a full row)."""
+  n = np.asarray(num_maskable)
+  want = np.where(n > 0, np.maximum(1, np.floor(n * mask_rate + 0.5)), 0).astype(np.int64)
+  return np.minimum(want, max_predictions), want
+
+
 def shift_right(x: np.ndarray, fill) -> np.ndarray:
   out = np.empty_like(x)
   out[:, 0] = fill

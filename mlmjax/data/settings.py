@@ -1,0 +1,72 @@
+"""The `config.data` and `config.tokenizer` keys, typed and checked (`from_config`): what the
+input reads of the config. The keys' meanings are in configs/base.py.
+
+Rules across sections stay in mlmjax/training/config_check.py: a row length the model and the
+format can hold, one group of mixture weights per phase, shards that divide the batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlmjax import typed_settings
+from mlmjax.data import formats
+from mlmjax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSettings:
+  """config.data, typed (field names are the config's keys)."""
+
+  source: str
+  sources: str
+  sources_phase_weights: str
+  text_field: str
+  eval_every_nth_document: int
+  max_document_chars: int
+  num_shards: int
+  seq_len: int
+  format: str
+  row_shuffle_window: int
+  worker_count: int
+  device_prefetch: int
+
+  @classmethod
+  def from_config(cls, data_config) -> "InputSettings":
+    return typed_settings.from_section(cls, data_config, "data")
+
+  def __post_init__(self):
+    typed_settings.one_of("data.format", self.format, formats.FORMATS)
+    if self.eval_every_nth_document < 2:
+      raise ConfigError(f"data.eval_every_nth_document={self.eval_every_nth_document} must be"
+                        " >= 2")
+    if self.max_document_chars < 1 or self.row_shuffle_window < 0:
+      raise ConfigError("data.max_document_chars must be >= 1 and data.row_shuffle_window >= 0")
+    if self.sources and self.source != "builtin":
+      raise ConfigError(f"data.sources={self.sources!r} replaces data.source={self.source!r}:"
+                        " set one of them")
+    if self.sources_phase_weights and not self.sources:
+      raise ConfigError("data.sources_phase_weights needs data.sources (the weighted sources)")
+    if not self.text_field:
+      raise ConfigError("data.text_field must name the field (.jsonl) or column (parquet,"
+                        " datasets) that holds the text, e.g. 'text'")
+    if self.worker_count < 0 or self.device_prefetch < 0:
+      raise ConfigError(f"data.worker_count={self.worker_count} and data.device_prefetch="
+                        f"{self.device_prefetch} must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSettings:
+  """config.tokenizer, typed."""
+
+  path: str
+  vocab_size: int
+  model_type: str
+  max_training_sentences: int
+
+  @classmethod
+  def from_config(cls, tokenizer_config) -> "TokenizerSettings":
+    return typed_settings.from_section(cls, tokenizer_config, "tokenizer")
+
+  def __post_init__(self):
+    typed_settings.one_of("tokenizer.model_type", self.model_type, ("unigram", "bpe"))

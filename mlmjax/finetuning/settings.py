@@ -1,0 +1,137 @@
+"""A fine-tuning run's settings: mlmjax/finetuning/config.py's keys, typed and checked once
+(`FinetuneSettings.from_config`), and the rules that need the pretrained run
+(`check_against`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from mlmjax import typed_settings
+from mlmjax.errors import ConfigError
+from mlmjax.parallel.settings import MeshSettings
+from mlmjax.training import config_check
+from mlmjax.training import settings as run_settings
+
+OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
+POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneData:
+  """config.data of fine-tuning."""
+
+  seq_len: int
+  max_train_examples: int
+
+  @classmethod
+  def from_config(cls, data_config) -> "FinetuneData":
+    return typed_settings.from_section(cls, data_config, "data")
+
+  def __post_init__(self):
+    if self.max_train_examples < 0:
+      raise ConfigError(f"data.max_train_examples={self.max_train_examples} must be >= 0"
+                        " (0: all)")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneModel:
+  """config.model of fine-tuning: what it changes of the pretrained model, and the pooling."""
+
+  dropout_rate: float
+  attention_dropout_rate: float
+  pooling: str
+
+  @classmethod
+  def from_config(cls, model_config) -> "FinetuneModel":
+    return typed_settings.from_section(cls, model_config, "model")
+
+  def __post_init__(self):
+    for key in ("dropout_rate", "attention_dropout_rate"):
+      if not 0.0 <= getattr(self, key) < 1.0:
+        raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
+    typed_settings.one_of("model.pooling", self.pooling, POOLINGS)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneTrain:
+  """config.train of fine-tuning."""
+
+  epochs: float
+  batch_size: int
+  optimizer: str
+  learning_rate: float
+  warmup_fraction: float
+  weight_decay: float
+  adam_b1: float
+  adam_b2: float
+  adam_eps: float
+  grad_clip_norm: float
+  nonfinite_policy: str
+  max_consecutive_skips: int
+  log_every_steps: int
+  checkpoint_every_steps: int
+  max_checkpoints_to_keep: int
+
+  @classmethod
+  def from_config(cls, train_config) -> "FinetuneTrain":
+    return typed_settings.from_section(cls, train_config, "train")
+
+  def __post_init__(self):
+    typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
+    if not self.epochs > 0 or self.learning_rate < 0 or not 0.0 <= self.warmup_fraction < 1.0:
+      raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
+                        " train.warmup_fraction in [0, 1)")
+    if self.log_every_steps < 1 or self.checkpoint_every_steps < 1 or (
+        self.max_checkpoints_to_keep < 1):
+      raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
+                        " train.max_checkpoints_to_keep must be >= 1")
+    run_settings.check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
+
+  def optimizer_settings(self, total_steps: int) -> run_settings.TrainSettings:
+    """BERT's fine-tuning optimizer as pretraining's optimizer settings (optimizer.py): these
+    keys over today's pretraining defaults, a linear warmup over warmup_fraction of the
+    `total_steps`, then linear decay to 0, no accumulation or update clipping."""
+    from mlmjax.training import saved_config  # pylint: disable=g-import-not-at-top
+    train = saved_config.defaults().train
+    train.update({k: getattr(self, k) for k in (
+        "optimizer", "learning_rate", "weight_decay", "adam_b1", "adam_b2", "adam_eps",
+        "grad_clip_norm", "batch_size")})
+    train.update(steps=total_steps, end_learning_rate=0.0, schedule="linear",
+                 schedule_unit="steps", update_clip_rms=0.0, grad_accum_steps=1,
+                 warmup_steps=round(self.warmup_fraction * total_steps))
+    return run_settings.TrainSettings.from_config(train)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSettings:
+  """Every section of a fine-tuning config, typed."""
+
+  seed: int
+  data: FinetuneData
+  model: FinetuneModel
+  train: FinetuneTrain
+  mesh: MeshSettings
+
+  @classmethod
+  def from_config(cls, config) -> "FinetuneSettings":
+    return cls(seed=int(config.seed), data=FinetuneData.from_config(config.data),
+               model=FinetuneModel.from_config(config.model),
+               train=FinetuneTrain.from_config(config.train),
+               mesh=MeshSettings.from_config(config.mesh))
+
+  def to_config_dict(self, **records) -> ml_collections.ConfigDict:
+    """The config these settings were made from, and `records` (config.json's keys: the
+    trainer adds `run`, what was fine-tuned from what)."""
+    return ml_collections.ConfigDict({**dataclasses.asdict(self), **records})
+
+  def check_against(self, pretrained: run_settings.RunSettings,
+                    num_devices: int | None = None, num_processes: int | None = None) -> None:
+    """The rules that need the pretrained run: its positions, and the batch on this mesh."""
+    limit = pretrained.model.max_position_embeddings
+    if not 5 <= self.data.seq_len <= limit:
+      raise ConfigError(f"data.seq_len={self.data.seq_len} must be between 5 and the pretrained"
+                        f" model's max_position_embeddings={limit}")
+    config_check.check_batch_on_mesh(self.mesh.shape, self.train.batch_size, num_devices,
+                                     num_processes)

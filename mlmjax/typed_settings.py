@@ -1,0 +1,53 @@
+"""How a config section becomes a frozen, typed settings object, once, at the top of a command.
+
+Every settings class (models/settings.py, data/settings.py, data/masking/settings.py,
+parallel/settings.py, training/settings.py, finetuning/settings.py) is a frozen dataclass whose
+field names are its section's keys; `from_section` reads them with their declared types, and the
+class's `__post_init__` checks the rules of its own keys, so a bad value fails where it is made
+with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
+positions, a batch the mesh cannot split) are training/config_check.py's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TypeVar
+
+from mlmjax.errors import ConfigError
+
+T = TypeVar("T")
+_SCALARS = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _frozen(value):
+  """Lists (a config's tuples read back from JSON) as tuples, at any depth; dicts stay."""
+  if isinstance(value, (list, tuple)):
+    return tuple(_frozen(v) for v in value)
+  return value
+
+
+def from_section(cls: type[T], section, prefix: str) -> T:
+  """`section` (a ConfigDict, or any mapping of the keys) -> `cls`, each init field read from
+  the key of its name and converted to its declared type: int, float, bool, str, or a tuple
+  (taken as it is, lists made tuples). `prefix` ('model', 'data', ...) names the keys in errors."""
+  values = {}
+  for field in dataclasses.fields(cls):
+    if not field.init:
+      continue
+    value = section[field.name]
+    kind = _SCALARS.get(str(field.type))
+    if kind is int and (isinstance(value, bool) or not isinstance(value, (int, float))
+                        or int(value) != value):
+      raise ConfigError(f"{prefix}.{field.name}={value!r} must be a whole number")
+    values[field.name] = _frozen(value) if kind is None else kind(value)
+  return cls(**values)
+
+
+def one_of(key: str, value, allowed) -> None:
+  if value not in allowed:
+    raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+
+
+def check_rate(key: str, rate: float) -> None:
+  if not 0.0 < rate < 1.0:
+    raise ConfigError(f"{key}={rate} must be strictly between 0 and 1")
