@@ -57,6 +57,7 @@ def run_mlmjax(size, steps, dropout):
   from mlmjax.parallel import sharding  # pylint: disable=g-import-not-at-top
   from mlmjax.training import train_state  # pylint: disable=g-import-not-at-top
   from mlmjax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = SIZES[size]
   config = bert.get_config("base")
   config.data.format = "full_sentences"
@@ -66,9 +67,10 @@ def run_mlmjax(size, steps, dropout):
   config.data.seq_len, config.train.batch_size = SEQ, s["batch"]
   config.masking.max_predictions_per_seq = PREDICTIONS
   config.mesh.shape = (1, 1, 1)
-  mesh = sharding.make_mesh(config.mesh, jax.devices()[:1])
-  setup = train_state.make_setup(config, VOCAB, mesh)
-  train_step = steps_lib.make_pretrain_step(setup, config)
+  settings = RunSettings.from_config(config)
+  mesh = sharding.make_mesh(settings.mesh, jax.devices()[:1])
+  setup = train_state.make_setup(settings, VOCAB, mesh)
+  train_step = steps_lib.make_pretrain_step(setup, settings)
   ids, positions, targets = _batch(s["batch"])
   batch = sharding.to_device({
       "input_ids": ids, "segment_ids": np.ones_like(ids),

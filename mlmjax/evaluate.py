@@ -55,20 +55,21 @@ def evaluate(path: str, source: str = "", step: int | None = None,
   """The metrics of checkpoint `step` (default: the latest) of the run in `path`."""
   run_dir = workdir_lib.Workdir(path)
   run = finished_run.load(path, step, _mesh(run_dir.load_config()))
-  s = run.settings
+  settings = run.settings
   if mask_rate is not None:
-    s = s.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
+    settings = settings.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
   if batches is not None:
-    s = s.replace(train={"eval_batches": batches})
+    settings = settings.replace(train={"eval_batches": batches})
   run_input = input_lib.held_out_input(
-      s.data, s.masking, input_lib.HeldOut(s.eval.mask_rate, s.train.eval_batches),
-      s.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
+      settings.data, settings.masking,
+      input_lib.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
+      settings.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
       source)
   out = train.heldout_metrics(steps.make_eval_step(run.setup), run.state["params"], run_input,
-                              phases_lib.plan(s)[-1], run.setup.mesh)
-  return {"workdir": path, "step": run.step, "source": source or s.data.source,
-          "documents": len(run_input.eval_source), "mask_rate": s.eval.mask_rate,
-          "batches": s.train.eval_batches,
+                              phases_lib.plan(settings)[-1], run.setup.mesh)
+  return {"workdir": path, "step": run.step, "source": source or settings.data.source,
+          "documents": len(run_input.eval_source), "mask_rate": settings.eval.mask_rate,
+          "batches": settings.train.eval_batches,
           **{k.removeprefix("eval/"): v for k, v in out.items()}}
 
 

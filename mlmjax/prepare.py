@@ -59,9 +59,10 @@ def main(argv):
           file=sys.stderr)
     sys.exit(1)
   with errors.reported_in_one_line(_VERBOSE.value):
-    s = RunSettings.from_config(config)
-    plan = preparation.Plan.of(s.data, s.tokenizer, s.masking.stats_max_documents,
-                               _SOURCE.value, _NUM_FILES.value)
+    settings = RunSettings.from_config(config)
+    plan = preparation.Plan.of(settings.data, settings.tokenizer,
+                               settings.masking.stats_max_documents, _SOURCE.value,
+                               _NUM_FILES.value)
     preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
                         _HOST_WAIT.value * 60)
 

@@ -1,9 +1,9 @@
 """How a config section becomes a frozen, typed settings object, once, at the top of a command.
 
 Every settings class (models/settings.py, data/settings.py, data/masking/settings.py,
-parallel/settings.py, training/settings.py, finetuning/settings.py) is a frozen dataclass whose
-field names are its section's keys; `from_section` reads them with their declared types, and the
-class's `__post_init__` checks the rules of its own keys, so a bad value fails where it is made
+parallel/settings.py, training/settings.py, finetuning/settings.py) is a frozen dataclass and a
+`Section` whose field names are its section's keys; `from_config` reads them with their declared
+types, and the class's `__post_init__` checks the rules of its own keys, so a bad value fails where it is made
 with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
 positions, a batch the mesh cannot split) are training/config_check.py's.
 """
@@ -11,7 +11,7 @@ positions, a batch the mesh cannot split) are training/config_check.py's.
 from __future__ import annotations
 
 import dataclasses
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from mlmjax.errors import ConfigError
 
@@ -41,6 +41,18 @@ def from_section(cls: type[T], section, prefix: str) -> T:
       raise ConfigError(f"{prefix}.{field.name}={value!r} must be a whole number")
     values[field.name] = _frozen(value) if kind is None else kind(value)
   return cls(**values)
+
+
+class Section:
+  """The base of a section's settings class (a frozen dataclass): `KEY` names its section."""
+
+  KEY: ClassVar[str]
+
+  @classmethod
+  def from_config(cls, section):
+    """config.KEY (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError naming
+    the `KEY.` key of the first rule a value breaks."""
+    return from_section(cls, section, cls.KEY)
 
 
 def one_of(key: str, value, allowed) -> None:

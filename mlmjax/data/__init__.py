@@ -12,8 +12,10 @@
   masking/                   the masking strategies (a mask is a pure function of seed, step,
                              row) and the mask rate schedule
   shard_walk.py              one data shard walked in windows (in grain workers or not)
-  pipeline.py                a process's batch iterator over its shards, checkpointable
-  prefetch.py                batches put on the device mesh ahead of the step
+  pipeline.py                a process's batch iterator over its shards, masked, checkpointable
+                             (its docstring lists the stages of a batch, file to step, in order)
+  prefetch.py                items made ahead of the loop (batches put on the device mesh)
   run_input.py               a run's input built in one place (train, held-out, tokenizer, masker)
+  settings.py                the data.* and tokenizer.* keys, typed and checked
 Imports parallel/ and models/ (special ids), never training/ or above.
 """

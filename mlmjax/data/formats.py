@@ -236,12 +236,12 @@ def unit_maker(data_format: str, seq_len: int, seed: int, random_document=None,
 
 
 def make_rows(docs: Iterable[Document], data_format: str, seq_len: int, seed: int,
-              num_bins: int, random_document=None, keep_origin: bool = False,
+              num_bins: int, random_document=None, sequence_keys: bool = False,
               word_start: np.ndarray | None = None) -> Iterator[dict[str, np.ndarray]]:
   """Documents -> rows (dicts of [seq_len] arrays, `nsp_labels` a scalar), one at a time, built
   as the pipeline builds them (rows.py; the pipeline keeps whole batches together, shard_walk.py).
 
-  `num_bins`: rows filled at once by first-fit packing. `keep_origin`: add `sequence_keys` and
+  `num_bins`: rows filled at once by first-fit packing. `sequence_keys`: add `sequence_keys` and
   `epochs` (static masking needs them). `word_start`: see PairMaker. The rows still open when
   `docs` ends are emitted too.
   """
@@ -249,7 +249,7 @@ def make_rows(docs: Iterable[Document], data_format: str, seq_len: int, seed: in
   packer = rows_lib.Packer(num_bins, seq_len, packs(data_format))
 
   def emit():
-    batch = rows_lib.materialize(packer.take(), seq_len, origin=keep_origin,
+    batch = rows_lib.materialize(packer.take(), seq_len, sequence_keys=sequence_keys,
                                  pairs=has_pair_labels(data_format))
     for r in range(len(batch["input_ids"])):
       yield {k: v[r] for k, v in batch.items()}

@@ -1,8 +1,23 @@
 """The input pipeline of a process: its data shards' batches, masked, with a checkpointable
 position; built in grain worker processes when `data.worker_count` > 0.
 
-    split (raw text or prepared) -> documents s::num_shards per data shard -> shard_walk.py
-    (document order, units, packing, row windows, batches, masks) -> ShardedIterator
+The stages of a training batch, from a file to the step (one module each, in this order):
+
+     1. sources.py / prepared.py  the split: documents by index (text, or token ids prepared)
+     2. documents.py             a text document's sentences as token ids (raw text only)
+     3. shard_walk.py            this data shard's document order: a fresh permutation an epoch
+     4. formats.py               a document -> units, the sequences of a row (RoBERTa's
+                                 formats, NSP/SOP pairs)
+     5. rows.py                  units -> rows (first-fit packing), then a batch's rows ->
+                                 arrays (models/batch_schema.py's ROWS)
+     6. shard_walk.py            rows shuffled within windows; the shards' rows side by side
+                                 (LocalStream: one grain dataset, sliced over the workers)
+     7. masking/ (`Masking`)     the masks, keyed by (seed, step, global row)
+     8. `ShardedIterator`        the batches of this process, its checkpointed position
+     9. prefetch.py (`on_mesh`)  put on the device mesh ahead of the step
+
+Stages 1-7 run in the grain workers when there are any. Each stage hands its output to the next
+and nothing comes back: 9 hops, 8 modules (plus sharding.to_device).
 
 The global batch is every shard's rows in shard order, however the shards are spread over
 processes, so a run gives the same batches on 1 or N processes; its checkpointed position (one
@@ -11,9 +26,9 @@ the raw or the prepared form of the same corpus (they hold the same documents).
 
 Masks are a pure function of (seed, step, global row). They are made with the batch (in a
 worker, when there are workers) unless they depend on what training feeds back (adaptive
-masking): then the consumer makes them when it takes the batch (`finish`), after the loop has
-handed over the metrics the weight table is made from, so they are the same whatever was
-prefetched (see prefetch.py).
+masking): then stage 7 runs after stage 9's prefetch, when the loop takes the batch, after the
+loop has handed over the metrics the weight table is made from, so the masks are the same
+whatever was prefetched.
 """
 
 from __future__ import annotations
@@ -27,12 +42,15 @@ import jax
 import numpy as np
 
 from mlmjax.data import masking
+from mlmjax.data import prefetch
 from mlmjax.data import shard_walk
 from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
 from mlmjax.data.settings import InputSettings
 from mlmjax.errors import ConfigError
 from mlmjax.errors import DataError
+from mlmjax.models import batch_schema
 from mlmjax.parallel import distributed
+from mlmjax.parallel import sharding
 
 # Eval masks and negatives come from their own seed so they never coincide with training's.
 _EVAL_SEED_OFFSET = 1_000_003
@@ -58,16 +76,34 @@ def gather(local_state: dict) -> dict:
           "shards": {k: v for part in parts for k, v in part["shards"].items()}}
 
 
+class Masking:
+  """The masks of batch b (this process's rows of the global batch b of the stream): keyed by
+  its step, first_step + b, and each row's place in the global batch. Picklable: with grain
+  workers it runs in them."""
+
+  def __init__(self, spec: shard_walk.StreamSpec, masker: masking.Masker, first_step: int):
+    self.masker, self.seed, self.first_step = masker, spec.seed, first_step
+    self.first_row = spec.shards[0] * spec.rows_per_shard
+
+  def __call__(self, batch: dict[str, np.ndarray], b: int) -> dict[str, np.ndarray]:
+    out = self.masker(batch, seed=self.seed, step=self.first_step + b,
+                      example_ids=self.first_row + np.arange(len(batch["input_ids"])))
+    return {k: v for k, v in out.items() if k not in batch_schema.HOST_ONLY}
+
+  def of_item(self, item: tuple) -> tuple:
+    """The stage over LocalStream's items: (b, batch, position) -> (b, masked, position)."""
+    b, batch, position = item
+    return b, self(batch, b), position
+
+
 class ShardedIterator:
-  """This process's slice of each global batch (module docstring).
+  """This process's slice of each global batch (module docstring), masked by `masking`; with
+  `masks_late`, not yet (`on_mesh` masks them when the training loop takes them)."""
 
-  `next_unfinished()` + `finish(item)` split `next()` for a prefetcher: the first may run ahead
-  (on another thread), the second makes masks that must wait for the training loop.
-  """
-
-  def __init__(self, spec: shard_walk.StreamSpec, worker_count: int = 0,
-               late_masker: masking.Masker | None = None):
-    self.spec, self.worker_count, self.late_masker = spec, worker_count, late_masker
+  def __init__(self, spec: shard_walk.StreamSpec, masking_stage: Masking, worker_count: int = 0,
+               masks_late: bool = False):
+    self.spec, self.masking, self.worker_count = spec, masking_stage, worker_count
+    self.masks_late = masks_late
     if worker_count and not flags.FLAGS.is_parsed():
       # grain configures its worker processes from absl flags: the program that owns the
       # command line parses them (mlmjax's commands do), never a library behind its back.
@@ -79,31 +115,19 @@ class ShardedIterator:
     self._state = {str(s): shard_walk.ShardWalk(spec, s).state() for s in spec.shards}
     self._it = None
 
-  @property
-  def masks_late(self) -> bool:
-    return self.late_masker is not None
-
-  def next_unfinished(self) -> tuple[int, dict[str, np.ndarray]]:
-    if self._it is None:
-      ds = shard_walk.LocalStream(self.spec, self._state)
-      if self.worker_count:
-        ds = ds.mp_prefetch(grain.MultiprocessingOptions(
-            num_workers=self.worker_count, per_worker_buffer_size=_WORKER_BUFFER))
-      self._it = iter(ds)
-    b, batch, self._state = next(self._it)
-    return b, batch
-
-  def finish(self, item: tuple[int, dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    b, batch = item
-    if self.late_masker is not None:
-      batch = shard_walk.mask(self.spec, self.late_masker, batch, b)
-    return batch
-
   def __iter__(self):
     return self
 
   def __next__(self) -> dict[str, np.ndarray]:
-    return self.finish(self.next_unfinished())
+    if self._it is None:
+      ds = shard_walk.LocalStream(self.spec, self._state)
+      if not self.masks_late:
+        ds = ds.map(self.masking.of_item)  # in the workers, if any
+        ds = ds.mp_prefetch(grain.MultiprocessingOptions(
+            num_workers=self.worker_count, per_worker_buffer_size=_WORKER_BUFFER))
+      self._it = iter(ds)
+    _, batch, self._state = next(self._it)
+    return batch
 
   def get_state(self) -> dict:
     """{"num_shards": N, "shards": {str(shard): position}} for this process's shards."""
@@ -111,6 +135,16 @@ class ShardedIterator:
 
   def global_state(self) -> dict:
     return gather(self.get_state())
+
+  @staticmethod
+  def gather(state: dict) -> dict:
+    """A position of this iterator (get_state()) made global, as a checkpoint stores it."""
+    return gather(state)
+
+  def batch_index(self, state: dict) -> int:
+    """Batches taken since the stream's start at the position `state` (get_state())."""
+    shard = state["shards"][str(self.spec.shards[0])]  # shards move in lock step
+    return shard["window"] * self.spec.window_rounds + shard["batch"]
 
   def set_state(self, state: dict) -> None:
     """Takes a global position (every shard's) and keeps this process's shards."""
@@ -135,9 +169,7 @@ class ShardedIterator:
 
 
 def _spec(data: InputSettings, documents, masker: masking.Masker, word_start, *,
-          batch_size: int, seq_len: int, seed: int, shuffle: bool, first_step: int,
-          late: bool = False) -> shard_walk.StreamSpec:
-  """`late`: the masks are made by the consumer, not with the batch."""
+          batch_size: int, seq_len: int, seed: int, shuffle: bool) -> shard_walk.StreamSpec:
   static = "static" in masker.settings.in_use()
   return shard_walk.StreamSpec(
       documents=documents, data_format=data.format, seq_len=seq_len,
@@ -145,8 +177,8 @@ def _spec(data: InputSettings, documents, masker: masking.Masker, word_start, *,
       num_shards=num_shards(data), shards=tuple(local_shards(data)), seed=seed,
       shuffle=shuffle, window_rows=data.row_shuffle_window,
       # BERT's static masking repeats its data every dupe_factor epochs: so do the rows here.
-      epoch_period=masker.settings.dupe_factor if static else 0, origin=static,
-      word_start=word_start, masker=None if late else masker, first_step=first_step)
+      epoch_period=masker.settings.dupe_factor if static else 0, sequence_keys=static,
+      word_start=word_start)
 
 
 def _tokenized(source, tok):
@@ -160,11 +192,27 @@ def make_train_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
   """Endless iterator of this process's slice of each global training batch of `batch_size`
   rows of `seq_len` tokens; its i-th batch trains step `first_step + i + 1` (masks are keyed by
   that step). Adaptive masks follow the weights training feeds back, so they are made late
-  (`finish`)."""
-  late = "adaptive" in masker.settings.in_use()
+  (`on_mesh`)."""
   spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
-               seq_len=seq_len, seed=seed, shuffle=True, first_step=first_step, late=late)
-  return ShardedIterator(spec, data.worker_count, masker if late else None)
+               seq_len=seq_len, seed=seed, shuffle=True)
+  return ShardedIterator(spec, Masking(spec, masker, first_step), data.worker_count,
+                         masks_late="adaptive" in masker.settings.in_use())
+
+
+def on_mesh(host: ShardedIterator, mesh, depth: int) -> prefetch.Prefetcher:
+  """The stream's last stage: `host`'s batches put on the mesh by a prefetch thread, `depth`
+  ahead (prefetch.py). Late masks (adaptive masking) are made when the training loop takes the
+  batch, after it has handed over the feedback they follow, and the batch is put on the mesh
+  then."""
+  def place(batch: dict) -> dict:
+    return sharding.to_device(batch, mesh)
+  if not host.masks_late:
+    return prefetch.Prefetcher(host, depth, ahead=place)
+
+  def mask_late(batch: dict, position: dict) -> dict:
+    b = host.batch_index(position) - 1  # the position is the one after this batch
+    return place(host.masking(batch, b))
+  return prefetch.Prefetcher(host, depth, on_take=mask_late)
 
 
 def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
@@ -176,5 +224,5 @@ def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
   Built in this process: a few batches do not pay for starting workers.
   """
   spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
-               seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET, shuffle=False, first_step=0)
-  return itertools.islice(ShardedIterator(spec), num_batches)
+               seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET, shuffle=False)
+  return itertools.islice(ShardedIterator(spec, Masking(spec, masker, 0)), num_batches)

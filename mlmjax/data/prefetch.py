@@ -1,15 +1,14 @@
-"""Device-side prefetch: the next training batches are built and put on the device mesh by a
-background thread while the device computes the current step.
+"""Prefetch: the next items of an iterator are made by a background thread while the loop
+works on the current one (for training: batches built and put on the device mesh while the
+device computes the current step).
 
-At most `depth` batches wait on the devices (one more may be in the making), so memory stays
-small and fixed. The prefetcher stands in for the host iterator in checkpoints: its position is
-that of the last batch handed to the training loop, not of what was prefetched, so a resumed
-run continues with exactly the next batch. It also counts how long the loop waited for input.
-
-Masks that follow training feedback (adaptive masking) must not be made ahead of the loop:
-the thread then only builds the host batch, and the loop's own thread masks it and puts it on
-the devices when it takes it (after handing over the metrics the masks depend on). So batches
-and masks are the same with and without prefetch.
+At most `depth` items wait (one more may be in the making), so memory stays small and fixed.
+Each item is made in two parts: `ahead(item)` on the thread, and `on_take(item, position)` on
+the loop's thread when the loop takes it, for work that must wait for the loop (pipeline.py's
+late masks: the masks of adaptive masking follow what the previous step fed back). The
+prefetcher stands in for its source in checkpoints: its position is that of the last item
+handed to the loop, not of what was prefetched, so a resumed run continues with exactly the
+next item. It also counts how long the loop waited for input.
 """
 
 from __future__ import annotations
@@ -17,19 +16,24 @@ from __future__ import annotations
 import queue
 import threading
 import time
-
-from mlmjax.data import pipeline
-from mlmjax.parallel import sharding
+from typing import Any, Callable
 
 _POLL_SECONDS = 0.1  # how often a blocked producer checks whether it should stop
 
 
-class DevicePrefetcher:
-  """Iterates device batches of a `pipeline.ShardedIterator` (depth 0: built on demand)."""
+def _same(item, position=None):
+  del position
+  return item
 
-  def __init__(self, host: pipeline.ShardedIterator, mesh, depth: int):
-    self.host, self.mesh, self.depth = host, mesh, depth
-    self._state = host.get_state()  # the position of the batches handed out
+
+class Prefetcher:
+  """Iterates the items of `source` (depth 0: made on demand). `source` has get_state(),
+  set_state(state), close() and, for checkpoints, `gather(local state)` made global."""
+
+  def __init__(self, source, depth: int, ahead: Callable[[Any], Any] = _same,
+               on_take: Callable[[Any, dict], Any] = _same):
+    self.source, self.depth, self.ahead, self.on_take = source, depth, ahead, on_take
+    self._state = source.get_state()  # the position of the items handed out
     self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
     self._stop = threading.Event()
     self._thread: threading.Thread | None = None
@@ -37,22 +41,22 @@ class DevicePrefetcher:
 
   # ---- what the checkpoint sees ----------------------------------------------------------------
   def set_state(self, state: dict) -> None:
-    """A restored position; only before the first batch."""
+    """A restored position; only before the first item."""
     assert self._thread is None, "set_state after prefetching started"
-    self.host.set_state(state)
-    self._state = self.host.get_state()
+    self.source.set_state(state)
+    self._state = self.source.get_state()
+
+  def get_state(self) -> dict:
+    return self._state
 
   def global_state(self) -> dict:
-    return pipeline.gather(self._state)
+    return self.source.gather(self._state)
 
-  # ---- batches --------------------------------------------------------------------------------
+  # ---- items ----------------------------------------------------------------------------------
   def _build(self):
-    """One batch as far as it may be built ahead: (device batch or host item, position)."""
-    item = self.host.next_unfinished()
-    state = self.host.get_state()
-    if self.host.masks_late:
-      return item, state
-    return sharding.to_device(self.host.finish(item), self.mesh), state
+    """One item as far as it may be made ahead, and the position after it."""
+    item = self.ahead(next(self.source))
+    return item, self.source.get_state()
 
   def _produce(self) -> None:
     try:
@@ -70,7 +74,7 @@ class DevicePrefetcher:
   def __iter__(self):
     return self
 
-  def __next__(self) -> dict:
+  def __next__(self):
     t = time.perf_counter()
     if self.depth == 0:
       built = self._build()
@@ -82,11 +86,10 @@ class DevicePrefetcher:
       built, error = self._queue.get()
       if error is not None:
         raise error
-    batch, self._state = built
-    if self.host.masks_late:
-      batch = sharding.to_device(self.host.finish(batch), self.mesh)
+    item, self._state = built
+    item = self.on_take(item, self._state)
     self._waited += time.perf_counter() - t
-    return batch
+    return item
 
   def take_wait_fraction(self) -> float:
     """The fraction of wall time since the last call that the loop spent waiting for input."""
@@ -96,7 +99,7 @@ class DevicePrefetcher:
     return fraction
 
   def close(self) -> None:
-    """Stops the thread and the host iterator's workers."""
+    """Stops the thread and the source (a pipeline's grain workers)."""
     self._stop.set()
     if self._thread is not None:
       while self._thread.is_alive():
@@ -105,4 +108,4 @@ class DevicePrefetcher:
         except queue.Empty:
           pass
       self._thread = None
-    self.host.close()
+    self.source.close()

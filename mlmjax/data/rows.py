@@ -7,7 +7,7 @@ that did not fit starts the next round. Only unit lengths matter here, so placin
 
 `materialize` turns a list of rows (each a list of units) into the arrays the model and the
 masker read, with one concatenation and a few vectorised scatters per batch (no per-row arrays):
-the row arrays of models/batch_schema.py (`ROWS`), with `HOST_ONLY` if `origin` and
+the row arrays of models/batch_schema.py (`ROWS`), with `HOST_ONLY` if `sequence_keys` and
 `PAIR_LABELS` if `pairs`. `segment_ids` number the units of a row 1, 2, ... and `positions`
 restart at 0 in each unit, so packing is invisible to the model.
 """
@@ -55,7 +55,7 @@ class Packer:
     return rows
 
 
-def materialize(rows: list[list], seq_len: int, origin: bool = False,
+def materialize(rows: list[list], seq_len: int, sequence_keys: bool = False,
                 pairs: bool = False) -> dict[str, np.ndarray]:
   """[rows] of units -> the batch arrays (module docstring)."""
   units = [u for row in rows for u in row]
@@ -85,7 +85,7 @@ def materialize(rows: list[list], seq_len: int, origin: bool = False,
       "segment_ids": scatter("segment_ids", unit_seg[unit_of]),
       "positions": scatter("positions", pos),
   }
-  if origin:
+  if sequence_keys:
     batch["sequence_keys"] = scatter("sequence_keys",
                                      np.array([u.key for u in units], np.int64)[unit_of])
     batch["epochs"] = scatter("epochs", np.array([u.epoch for u in units], np.int32)[unit_of])

@@ -24,8 +24,8 @@ from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
-from mlmjax.data.settings import InputSettings, TokenizerSettings
 from mlmjax.data.masking import entities
+from mlmjax.data.settings import InputSettings, TokenizerSettings
 from mlmjax.errors import ConfigError, DataError
 
 

@@ -15,8 +15,10 @@ from mlmjax.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class InputSettings:
+class InputSettings(typed_settings.Section):
   """config.data, typed (field names are the config's keys)."""
+
+  KEY = "data"
 
   source: str
   sources: str
@@ -30,10 +32,6 @@ class InputSettings:
   row_shuffle_window: int
   worker_count: int
   device_prefetch: int
-
-  @classmethod
-  def from_config(cls, data_config) -> "InputSettings":
-    return typed_settings.from_section(cls, data_config, "data")
 
   def __post_init__(self):
     typed_settings.one_of("data.format", self.format, formats.FORMATS)
@@ -56,17 +54,15 @@ class InputSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class TokenizerSettings:
+class TokenizerSettings(typed_settings.Section):
   """config.tokenizer, typed."""
+
+  KEY = "tokenizer"
 
   path: str
   vocab_size: int
   model_type: str
   max_training_sentences: int
-
-  @classmethod
-  def from_config(cls, tokenizer_config) -> "TokenizerSettings":
-    return typed_settings.from_section(cls, tokenizer_config, "tokenizer")
 
   def __post_init__(self):
     typed_settings.one_of("tokenizer.model_type", self.model_type, ("unigram", "bpe"))

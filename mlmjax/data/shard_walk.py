@@ -11,13 +11,12 @@ A window is a pure function of where it starts: the cursor (the document's place
 stream, the unit within it) and the window's number. A shard's position is therefore a few
 integers, {window, doc, unit, batch (taken of this window), documents (of the shard, to catch a
 different corpus)}, and restoring it recomputes one window. A process walks its shards in lock
-step, puts their rows side by side (the global batch is all shards' rows in shard order, however
-shards are spread over processes) and masks the batch keyed by its global step and each row's
-place in the global batch.
+step and puts their rows side by side (the global batch is all shards' rows in shard order,
+however shards are spread over processes); pipeline.py masks the batches.
 
 Parallel input (`data.worker_count` = W > 0). grain's mp_prefetch gives worker i of W the slice
 i::W; here that means: every worker walks the whole stream (which documents, how units pack:
-cheap bookkeeping) but builds the arrays of and masks only the batches b0 + i, b0 + i + W, ...
+cheap bookkeeping) but builds (and masks: pipeline.py) only the batches b0 + i, b0 + i + W, ...
 (b0: where the iterator started). grain interleaves the workers round-robin, which is exactly
 the order of W = 0, so batches, masks and positions do not depend on W. Building arrays and
 masking are most of the work for prepared data; with raw text every worker also tokenizes every
@@ -34,13 +33,10 @@ import grain
 import numpy as np
 
 from mlmjax.data import formats
-from mlmjax.data import masking
 from mlmjax.data import rows as rows_lib
 from mlmjax.data.masking.uniforms import GOLDEN, mix64
 from mlmjax.errors import DataError
-from mlmjax.models import batch_schema
 
-# Keys the masker needs that the device does not.
 # Positions of an epoch's document order computed at a time.
 _ORDER_BLOCK = 1 << 16
 
@@ -59,10 +55,8 @@ class StreamSpec:
   shuffle: bool  # documents (every epoch) and rows (within windows); off for eval
   window_rows: int  # data.row_shuffle_window
   epoch_period: int  # data repeats every this many epochs (static masking's dupe_factor), or 0
-  origin: bool  # batches carry sequence_keys/epochs (static masking reads them)
+  sequence_keys: bool  # batches carry sequence_keys and epochs (static masking reads them)
   word_start: np.ndarray | None
-  masker: masking.Masker | None  # None: the consumer masks (see pipeline.ShardedIterator)
-  first_step: int  # batch b trains step first_step + b + 1; its masks are keyed by first_step + b
 
   @property
   def window_rounds(self) -> int:
@@ -94,14 +88,6 @@ def permutation(x: np.ndarray, n: int, key: tuple[int, ...]) -> np.ndarray:
     while (beyond := out >= n).any():
       out[beyond] = rounds(out[beyond])
   return out
-
-
-def mask(spec: StreamSpec, masker: masking.Masker, batch: dict, b: int) -> dict:
-  """Masks of batch b: keyed by its step and each row's place in the global batch."""
-  first_row = spec.shards[0] * spec.rows_per_shard
-  out = masker(batch, seed=spec.seed, step=spec.first_step + b,
-               example_ids=first_row + np.arange(len(batch["input_ids"])))
-  return {k: v for k, v in out.items() if k not in batch_schema.HOST_ONLY}
 
 
 class ShardWalk:
@@ -267,10 +253,8 @@ class _LocalStreamIterator(grain.DatasetIterator):
       if (b - self._start) % self._workers == self._worker:
         break
     spec = self._spec
-    batch = rows_lib.materialize(rows, spec.seq_len, origin=spec.origin,
+    batch = rows_lib.materialize(rows, spec.seq_len, sequence_keys=spec.sequence_keys,
                                  pairs=formats.has_pair_labels(spec.data_format))
-    if spec.masker is not None:
-      batch = mask(spec, spec.masker, batch, b)
     return b, batch, self.get_state()
 
   def get_state(self) -> dict:

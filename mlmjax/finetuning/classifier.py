@@ -42,7 +42,7 @@ class SequenceClassifier(nnx.Module):
 
   def __call__(self, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
     """[B, K] float32 outputs; dropout only when `dropout_key` is given (training).
-    `constrain_layer` (train_state.Setup.forward's per-layer FSDP gather) names layers by their
+    `constrain_layer` (train_state.MeshSetup.forward's per-layer FSDP gather) names layers by their
     path in this model, so the encoder's are prefixed."""
     keys = (None, None) if dropout_key is None else tuple(jax.random.split(dropout_key))
     nested = constrain_layer and (lambda name, p: constrain_layer(f"encoder/{name}", p))

@@ -19,15 +19,13 @@ POOLINGS = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneData:
+class FinetuneData(typed_settings.Section):
   """config.data of fine-tuning."""
+
+  KEY = "data"
 
   seq_len: int
   max_train_examples: int
-
-  @classmethod
-  def from_config(cls, data_config) -> "FinetuneData":
-    return typed_settings.from_section(cls, data_config, "data")
 
   def __post_init__(self):
     if self.max_train_examples < 0:
@@ -36,16 +34,14 @@ class FinetuneData:
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneModel:
+class FinetuneModel(typed_settings.Section):
   """config.model of fine-tuning: what it changes of the pretrained model, and the pooling."""
+
+  KEY = "model"
 
   dropout_rate: float
   attention_dropout_rate: float
   pooling: str
-
-  @classmethod
-  def from_config(cls, model_config) -> "FinetuneModel":
-    return typed_settings.from_section(cls, model_config, "model")
 
   def __post_init__(self):
     for key in ("dropout_rate", "attention_dropout_rate"):
@@ -55,8 +51,10 @@ class FinetuneModel:
 
 
 @dataclasses.dataclass(frozen=True)
-class FinetuneTrain:
+class FinetuneTrain(typed_settings.Section):
   """config.train of fine-tuning."""
+
+  KEY = "train"
 
   epochs: float
   batch_size: int
@@ -73,10 +71,6 @@ class FinetuneTrain:
   log_every_steps: int
   checkpoint_every_steps: int
   max_checkpoints_to_keep: int
-
-  @classmethod
-  def from_config(cls, train_config) -> "FinetuneTrain":
-    return typed_settings.from_section(cls, train_config, "train")
 
   def __post_init__(self):
     typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
@@ -105,6 +99,18 @@ class FinetuneTrain:
 
 
 @dataclasses.dataclass(frozen=True)
+class FinetuneMesh(typed_settings.Section):
+  """config.mesh of fine-tuning: the shape only (the rules are the pretrained run's)."""
+
+  KEY = "mesh"
+
+  shape: tuple
+
+  def __post_init__(self):
+    MeshSettings(self.shape, ())  # pretraining's rules for a shape
+
+
+@dataclasses.dataclass(frozen=True)
 class FinetuneSettings:
   """Every section of a fine-tuning config, typed."""
 
@@ -112,14 +118,14 @@ class FinetuneSettings:
   data: FinetuneData
   model: FinetuneModel
   train: FinetuneTrain
-  mesh: MeshSettings
+  mesh: FinetuneMesh
 
   @classmethod
   def from_config(cls, config) -> "FinetuneSettings":
     return cls(seed=int(config.seed), data=FinetuneData.from_config(config.data),
                model=FinetuneModel.from_config(config.model),
                train=FinetuneTrain.from_config(config.train),
-               mesh=MeshSettings.from_config(config.mesh))
+               mesh=FinetuneMesh.from_config(config.mesh))
 
   def to_config_dict(self, **records) -> ml_collections.ConfigDict:
     """The config these settings were made from, and `records` (config.json's keys: the

@@ -211,7 +211,7 @@ class _FineTuner(loop.StepLoop):
     indices = np.asarray(self.batches[step])
     return sharding.to_device(self._local(self.train_rows, indices), self.mesh)
 
-  def finish(self, step: int, device_metrics) -> None:
+  def record_step(self, step: int, device_metrics) -> None:
     m = jax.device_get(device_metrics)  # note: a host-device sync point
     if not self.nonfinite.applied(step, m["nonfinite"]):
       return

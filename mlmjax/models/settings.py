@@ -24,8 +24,10 @@ MLPS = ("gelu", "geglu", "swiglu")
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelSettings:
+class ModelSettings(typed_settings.Section):
   """config.model, typed (field names are the config's keys)."""
+
+  KEY = "model"
 
   hidden_size: int
   num_layers: int
@@ -50,12 +52,6 @@ class ModelSettings:
   attention_impl: str
   remat: str
   scan_layers: bool
-
-  @classmethod
-  def from_config(cls, model_config) -> "ModelSettings":
-    """config.model (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError
-    naming the `model.` key of the first rule a value breaks."""
-    return typed_settings.from_section(cls, model_config, "model")
 
   def __post_init__(self):
     typed_settings.one_of("model.position_embedding_type", self.position_embedding_type, POSITIONS)

@@ -12,16 +12,14 @@ from mlmjax.parallel import sharding
 
 
 @dataclasses.dataclass(frozen=True)
-class MeshSettings:
+class MeshSettings(typed_settings.Section):
   """config.mesh, typed: `shape` over sharding.MESH_AXES (-1: the remaining devices), `rules`
   (logical axis, mesh axis or axes or None) pairs."""
 
+  KEY = "mesh"
+
   shape: tuple
   rules: tuple
-
-  @classmethod
-  def from_config(cls, mesh_config) -> "MeshSettings":
-    return typed_settings.from_section(cls, mesh_config, "mesh")
 
   def __post_init__(self):
     shape = self.shape

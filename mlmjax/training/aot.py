@@ -65,11 +65,11 @@ def vocab_size(tokenizer: TokenizerSettings) -> int:
   return tokenizer.vocab_size
 
 
-def batch_spec(s: RunSettings, mesh, max_predictions: int) -> dict:
+def batch_spec(settings: RunSettings, mesh, max_predictions: int) -> dict:
   """The abstract global batch the steps take (models/batch_schema.py)."""
-  spec = batch_schema.shapes(s.train.batch_size, s.data.seq_len, max_predictions,
-                             pairs=formats.has_pair_labels(s.data.format),
-                             span_boundaries=s.objective.span_boundary_weight > 0)
+  spec = batch_schema.shapes(settings.train.batch_size, settings.data.seq_len, max_predictions,
+                             pairs=formats.has_pair_labels(settings.data.format),
+                             span_boundaries=settings.objective.span_boundary_weight > 0)
   sharded = sharding.batch_sharding(mesh)
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
           for k, (shape, dt) in spec.items()}
@@ -80,39 +80,41 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
   `which` for it."""
   # One process per TPU host; process indices restart in each slice.
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
-  s = config_check.checked(config, len(target.devices), num_processes, platform=target.platform)
-  mesh = sharding.make_mesh(s.mesh, target.devices)
-  vocab = vocab_size(s.tokenizer)
-  setup = train_state.make_setup(s, vocab, mesh)
+  settings = config_check.checked(config, len(target.devices), num_processes,
+                                  platform=target.platform)
+  mesh = sharding.make_mesh(settings.mesh, target.devices)
+  vocab = vocab_size(settings.tokenizer)
+  setup = train_state.make_setup(settings, vocab, mesh)
   out = []
   for name in which:
     if name == "train":
-      p = s.masking.max_predictions_per_seq
-      fn, args = steps_lib.make_pretrain_step(setup, s), (setup.abstract_state,
-                                                          batch_spec(s, mesh, p))
-      per_token = train_state.train_flops_per_token(s, vocab)
+      p = settings.masking.max_predictions_per_seq
+      fn, args = steps_lib.make_pretrain_step(setup, settings), (
+          setup.abstract_state, batch_spec(settings, mesh, p))
+      per_token = train_state.train_flops_per_token(settings, vocab)
     else:
-      p = run_input.held_out_max_predictions(s.data.seq_len, s.eval.mask_rate)
+      p = run_input.held_out_max_predictions(settings.data.seq_len, settings.eval.mask_rate)
       fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
-                                                   batch_spec(s, mesh, p))
-      per_token = train_state.train_flops_per_token(s, vocab, max_predictions=p) / 3  # forward
-    tokens = s.train.batch_size * s.data.seq_len / mesh.size
+                                                   batch_spec(settings, mesh, p))
+      # Forward only: a third of the train step's.
+      per_token = train_state.train_flops_per_token(settings, vocab, max_predictions=p) / 3
+    tokens = settings.train.batch_size * settings.data.seq_len / mesh.size
     model_flops = per_token * tokens
     # What the compiler can see of it: with scan_layers it counts the loop body once, so
     # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
     # ELECTRA's two stacks are not split out: None).
     seen = model_flops
-    if s.model.scan_layers:
+    if settings.model.scan_layers:
       seen = None
-      if s.objective.kind == "mlm":
-        layers = s.model.num_layers
-        stack = flops_lib.encoder_flops_per_token(s.model, s.data.seq_len) * tokens
+      if settings.objective.kind == "mlm":
+        layers = settings.model.num_layers
+        stack = flops_lib.encoder_flops_per_token(settings.model, settings.data.seq_len) * tokens
         seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
-    out.append(_compile(name, fn, args, s, target, mesh, model_flops, seen))
+    out.append(_compile(name, fn, args, settings, target, mesh, model_flops, seen))
   return out
 
 
-def _compile(name, fn, args, s: RunSettings, target, mesh, model_flops, seen_flops
+def _compile(name, fn, args, settings: RunSettings, target, mesh, model_flops, seen_flops
              ) -> Compiled:
   t0 = time.perf_counter()
   try:
@@ -123,7 +125,7 @@ def _compile(name, fn, args, s: RunSettings, target, mesh, model_flops, seen_flo
     raise
   except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
     if "cuDNN not found" in str(e):
-      raise UserError(f"model.attention_impl={s.model.attention_impl!r} is cuDNN attention"
+      raise UserError(f"model.attention_impl={settings.model.attention_impl!r} is cuDNN attention"
                       " here, and compiling it needs cuDNN: pip install nvidia-cudnn-cu12, or"
                       " set model.attention_impl='pallas_gpu'") from None
     raise
@@ -138,14 +140,14 @@ def _compile(name, fn, args, s: RunSettings, target, mesh, model_flops, seen_flo
   cost = compiled.cost_analysis() or {}  # None on GPU
   cost = cost[0] if isinstance(cost, list) else cost
   compiler_flops = cost.get("flops")
-  m_cfg = s.model
+  m_cfg = settings.model
   report = {
       "step": name, "target": target.name, "device": target.device_kind,
       "devices": mesh.size, "mesh": dict(mesh.shape),
       "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
       "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
       "remat": m_cfg.remat, "scan_layers": m_cfg.scan_layers,
-      "batch": s.train.batch_size, "seq_len": s.data.seq_len,
+      "batch": settings.train.batch_size, "seq_len": settings.data.seq_len,
       "memory_bytes": {**mem, "total": total, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
       "fits": total <= target.hbm_bytes,

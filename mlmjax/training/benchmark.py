@@ -35,31 +35,32 @@ def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_step
   """The train step of `config` (a ConfigDict or RunSettings; `timed_steps` after 2 warm-up
   steps), its host pipeline for `input_seconds` (0: not measured) and the input wait of a
   `loop_steps` training run (0: not run), in a temporary workdir; one flat dict."""
-  s = config_check.checked(config)
+  settings = config_check.checked(config)
   with tempfile.TemporaryDirectory() as tmp:
-    return _measure(s, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps)
+    return _measure(settings, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps)
 
 
-def _measure(s: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
+def _measure(settings: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
              input_seconds: float, loop_steps: int) -> dict:
-  inp = train_state.build_input(s, run_dir.tokenizers, run_dir.vocab_stats)
-  if not s.tokenizer.path and os.path.exists(run_dir.tokenizer):
+  inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
+  if not settings.tokenizer.path and os.path.exists(run_dir.tokenizer):
     # The input and loop measurements reuse the tokenizer just trained instead of each
     # training it again.
-    s = s.replace(tokenizer={"path": run_dir.tokenizer})
+    settings = settings.replace(tokenizer={"path": run_dir.tokenizer})
   vocab_size = inp.tokenizer.vocab_size
-  it = inp.train_iter(phases.base_shape(s))
+  it = inp.train_iter(phases.base_shape(settings))
   batch = next(it)
   it.close()
-  m = s.model
+  model = settings.model
   out = {"device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
-         "dtype": str(np.dtype(bert.compute_dtype(m.dtype))),
-         "attention_impl": m.attention_impl, "remat": m.remat, "scan_layers": m.scan_layers,
-         "batch": s.train.batch_size, "seq_len": s.data.seq_len}
-  out.update(_train_step(s, vocab_size, batch, timed_steps))
-  tokens = s.train.batch_size * s.data.seq_len
+         "dtype": str(np.dtype(bert.compute_dtype(model.dtype))),
+         "attention_impl": model.attention_impl, "remat": model.remat,
+         "scan_layers": model.scan_layers,
+         "batch": settings.train.batch_size, "seq_len": settings.data.seq_len}
+  out.update(_train_step(settings, vocab_size, batch, timed_steps))
+  tokens = settings.train.batch_size * settings.data.seq_len
   step_s = out["step_ms_median"] / 1e3
-  per_token = train_state.train_flops_per_token(s, vocab_size)
+  per_token = train_state.train_flops_per_token(settings, vocab_size)
   achieved = per_token * tokens / step_s
   out.update({
       "tokens_per_sec": tokens / step_s,
@@ -67,8 +68,8 @@ def _measure(s: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
       "flops_formula": "3 x [L x (2(4D^2 + 2DF) + 4TD) + (P/T) x 2(D^2 + DV)] per token",
       "model_tflops_per_sec": achieved / 1e12,
   })
-  measured = flops.measured_matmul_peak(bert.compute_dtype(m.dtype))
-  rated = flops.rated_peak(jax.devices()[0], bert.compute_dtype(m.dtype))
+  measured = flops.measured_matmul_peak(bert.compute_dtype(model.dtype))
+  rated = flops.rated_peak(jax.devices()[0], bert.compute_dtype(model.dtype))
   n = out["devices"]
   out.update({
       "matmul_peak_tflops_measured": measured * n / 1e12,
@@ -77,16 +78,16 @@ def _measure(s: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
       "mfu_rated_peak": None if rated is None else achieved / (rated * n),
   })
   if input_seconds > 0:
-    out.update(_input(s, input_seconds))
+    out.update(_input(settings, input_seconds))
   if loop_steps > 0:
-    out["input_wait_fraction"] = _input_wait(s, loop_steps)
+    out["input_wait_fraction"] = _input_wait(settings, loop_steps)
   return out
 
 
-def _train_step(s: RunSettings, vocab_size: int, batch, timed_steps: int) -> dict:
-  mesh = sharding.make_mesh(s.mesh)
-  setup = train_state.make_setup(s, vocab_size, mesh)
-  step = steps.make_pretrain_step(setup, s)
+def _train_step(settings: RunSettings, vocab_size: int, batch, timed_steps: int) -> dict:
+  mesh = sharding.make_mesh(settings.mesh)
+  setup = train_state.make_setup(settings, vocab_size, mesh)
+  step = steps.make_pretrain_step(setup, settings)
   state = setup.init_fn()
   batch = sharding.to_device(batch, mesh)
   t = time.perf_counter()
@@ -115,21 +116,22 @@ def _train_step(s: RunSettings, vocab_size: int, batch, timed_steps: int) -> dic
   }
 
 
-def _input(s: RunSettings, seconds: float) -> dict:
+def _input(settings: RunSettings, seconds: float) -> dict:
   """Input tokens/s alone: the run's, and with prepared data also its text's."""
-  d = s.data
-  out = {"input_tokens_per_sec": input_throughput(s, seconds)["tokens_per_sec"],
-         "input": f"{d.source}, {d.format}, {s.masking.strategy}, {d.worker_count} workers"}
-  raw = raw_text_settings(s)
+  data = settings.data
+  out = {"input_tokens_per_sec": input_throughput(settings, seconds)["tokens_per_sec"],
+         "input": f"{data.source}, {data.format}, {settings.masking.strategy},"
+                  f" {data.worker_count} workers"}
+  raw = raw_text_settings(settings)
   if raw is not None:
     out["input_raw_tokens_per_sec"] = input_throughput(raw, seconds)["tokens_per_sec"]
   return out
 
 
-def _input_wait(s: RunSettings, steps_run: int) -> float:
+def _input_wait(settings: RunSettings, steps_run: int) -> float:
   """The fraction of wall time a real training run of `steps_run` steps (in a temporary
   workdir) waits for input, after its first logging interval (which holds the compilation)."""
-  short = s.replace(train={"steps": steps_run, "log_every_steps": max(1, steps_run // 5),
+  short = settings.replace(train={"steps": steps_run, "log_every_steps": max(1, steps_run // 5),
                            "eval_every_steps": steps_run, "eval_batches": 1,
                            "checkpoint_every_steps": steps_run})
   with tempfile.TemporaryDirectory() as tmp:
@@ -139,14 +141,14 @@ def _input_wait(s: RunSettings, steps_run: int) -> float:
   return statistics.mean(waits[1:] or waits)
 
 
-def input_throughput(s: RunSettings, seconds: float = 3.0) -> dict:
+def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
   """Batches of the run's training input made for `seconds` in this process (and its grain
   workers, if `data.worker_count` > 0), after one warm-up batch (worker start-up, the first
   window). Tokenizer and stats come from the settings or the prepared data, as in a run."""
   with tempfile.TemporaryDirectory() as tmp:
     run_dir = workdir_lib.Workdir(tmp)
-    inp = train_state.build_input(s, run_dir.tokenizers, run_dir.vocab_stats)
-  it = inp.train_iter(phases.base_shape(s))
+    inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
+  it = inp.train_iter(phases.base_shape(settings))
   try:
     next(it)
     tokens = real = batches = 0
@@ -159,21 +161,21 @@ def input_throughput(s: RunSettings, seconds: float = 3.0) -> dict:
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
   finally:
     it.close()
-  d = s.data
-  out = {"source": d.source, "format": d.format, "strategy": s.masking.strategy,
-         "seq_len": d.seq_len, "batch_size": s.train.batch_size,
-         "worker_count": d.worker_count, "batches": batches,
+  data = settings.data
+  out = {"source": data.source, "format": data.format, "strategy": settings.masking.strategy,
+         "seq_len": data.seq_len, "batch_size": settings.train.batch_size,
+         "worker_count": data.worker_count, "batches": batches,
          "tokens_per_sec": round(tokens / elapsed), "real_tokens_per_sec": round(real / elapsed)}
-  if not d.worker_count:  # this process did all the work: its CPU time ignores other load
+  if not data.worker_count:  # this process did all the work: its CPU time ignores other load
     out["tokens_per_cpu_sec"] = round(tokens / cpu)
   return out
 
 
-def raw_text_settings(s: RunSettings) -> RunSettings | None:
+def raw_text_settings(settings: RunSettings) -> RunSettings | None:
   """With prepared data, the same settings reading the text it was prepared from with the same
   tokenizer (the cost of tokenizing every epoch); else None."""
-  if not prepared.is_prepared(s.data.source):
+  if not prepared.is_prepared(settings.data.source):
     return None
-  data = prepared.open_source(s.data.source)
-  return s.replace(data={"source": data.manifest["source"]},
+  data = prepared.open_source(settings.data.source)
+  return settings.replace(data={"source": data.manifest["source"]},
                    tokenizer={"path": data.tokenizer_path})

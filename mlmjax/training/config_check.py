@@ -58,42 +58,42 @@ def check_saved(settings: RunSettings, platform: str | None = None) -> None:
   _check_objective(settings)
 
 
-def _check_objective(s: RunSettings) -> None:
-  o = s.objective
-  if o.kind == "electra":
-    if formats.has_pair_labels(s.data.format) or o.span_boundary_weight:
+def _check_objective(settings: RunSettings) -> None:
+  objective = settings.objective
+  if objective.kind == "electra":
+    if formats.has_pair_labels(settings.data.format) or objective.span_boundary_weight:
       raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
-                        f" a single-sequence data.format (not {s.data.format!r}) and"
+                        f" a single-sequence data.format (not {settings.data.format!r}) and"
                         " objective.span_boundary_weight=0")
-    electra.generator_settings(s.model, o.generator_fraction)
-  elif s.model.embedding_size not in (0, s.model.hidden_size):
+    electra.generator_settings(settings.model, objective.generator_fraction)
+  elif settings.model.embedding_size not in (0, settings.model.hidden_size):
     raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
                       " objective.kind='electra'")
 
 
-def _check_attention(s: RunSettings, platform: str | None = None) -> None:
+def _check_attention(settings: RunSettings, platform: str | None = None) -> None:
   """What the attention kernel can do on the platform compiled for, at the longest phase."""
-  m = s.model
-  why = attention.check(m.attention_impl, model_lib.compute_dtype(m.dtype, platform),
-                        max(p.seq_len for p in phases_lib.plan(s)), platform,
-                        window=m.local_attention_window)
+  model = settings.model
+  why = attention.check(model.attention_impl, model_lib.compute_dtype(model.dtype, platform),
+                        max(p.seq_len for p in phases_lib.plan(settings)), platform,
+                        window=model.local_attention_window)
   if why:
-    raise ConfigError(f"model.attention_impl={m.attention_impl!r} {why}")
-  if m.attention_impl not in ("auto", "xla") and m.attention_dropout_rate > 0:
-    raise ConfigError(f"model.attention_impl={m.attention_impl!r} never forms the attention"
+    raise ConfigError(f"model.attention_impl={model.attention_impl!r} {why}")
+  if model.attention_impl not in ("auto", "xla") and model.attention_dropout_rate > 0:
+    raise ConfigError(f"model.attention_impl={model.attention_impl!r} never forms the attention"
                       " probabilities, so it cannot apply model.attention_dropout_rate="
-                      f"{m.attention_dropout_rate}: set it to 0, or use 'auto'")
+                      f"{model.attention_dropout_rate}: set it to 0, or use 'auto'")
 
 
-def _check_mixture_phases(s: RunSettings) -> None:
+def _check_mixture_phases(settings: RunSettings) -> None:
   """One group of data.sources_phase_weights per phase, each parsing (mixture.py)."""
-  d = s.data
-  if not d.sources:
+  data = settings.data
+  if not data.sources:
     return
-  num_phases = len(phases_lib.plan(s))
+  num_phases = len(phases_lib.plan(settings))
   for phase in range(num_phases):
-    mixture.phase_weights(d, phase)
-  groups = [g for g in d.sources_phase_weights.split(";") if g.strip()]
+    mixture.phase_weights(data, phase)
+  groups = [g for g in data.sources_phase_weights.split(";") if g.strip()]
   if groups and len(groups) != num_phases:
     raise ConfigError(f"data.sources_phase_weights has {len(groups)} groups for {num_phases}"
                       " phases (train.phases): give one per phase")
@@ -107,27 +107,27 @@ def _check_gazetteer(path: str) -> None:
       raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
 
 
-def _check_phases(s: RunSettings) -> None:
+def _check_phases(settings: RunSettings) -> None:
   """Each phase's rows fit the model and the format, and hold the predictions its highest
   mask rate wants; static masks take no rate schedule."""
-  if phases_lib.schedules_mask_rate(s) and "static" in s.masking.in_use():
+  if phases_lib.schedules_mask_rate(settings) and "static" in settings.masking.in_use():
     raise ConfigError("masking.strategy 'static' masks are fixed: they take no mask rate"
                       " schedule (set masking.mask_rate_schedule='constant', no phase rates)")
-  rates = phases_lib.mask_rates(s)
-  min_len = 5 if formats.has_pair_labels(s.data.format) else 3
-  limit = s.model.max_position_embeddings
-  for phase in phases_lib.plan(s):
+  rates = phases_lib.mask_rates(settings)
+  min_len = 5 if formats.has_pair_labels(settings.data.format) else 3
+  limit = settings.model.max_position_embeddings
+  for phase in phases_lib.plan(settings):
     if phase.seq_len > limit:
       raise ConfigError(f"data.seq_len={phase.seq_len} exceeds"
                         f" model.max_position_embeddings={limit}")
     if phase.seq_len < min_len:
       raise ConfigError(f"data.seq_len={phase.seq_len} must be >= {min_len} for"
-                        f" data.format={s.data.format!r}")
+                        f" data.format={settings.data.format!r}")
     # A full row holds seq_len - 2 maskable tokens; the masker's own budget formula says how
     # many predictions it wants at the phase's highest rate.
     rate = round(rates.peak(phase.start, phase.end), 6)
     _, wanted = masking.budget(phase.seq_len - 2, rate, phase.max_predictions)
-    what = (f"the phase's highest mask rate {rate}" if phases_lib.schedules_mask_rate(s)
+    what = (f"the phase's highest mask rate {rate}" if phases_lib.schedules_mask_rate(settings)
             else f"masking.mask_rate={rate}")
     if phase.max_predictions < wanted:
       raise ConfigError(
@@ -136,9 +136,11 @@ def _check_phases(s: RunSettings) -> None:
           f" least {int(wanted)}")
 
 
-def _check_run_mesh(s: RunSettings, num_devices: int, num_processes: int) -> None:
-  _check_mesh_and_batch(s.mesh.shape, phases_lib.batch_sizes(s.train), s.train.grad_accum_steps,
-                        s.data.num_shards, num_devices, num_processes)
+def _check_run_mesh(settings: RunSettings, num_devices: int, num_processes: int) -> None:
+  train = settings.train
+  _check_mesh_and_batch(settings.mesh.shape, phases_lib.batch_sizes(train),
+                        train.grad_accum_steps, settings.data.num_shards, num_devices,
+                        num_processes)
 
 
 def _check_mesh_and_batch(shape: tuple, batch_sizes: list[int], grad_accum_steps: int,

@@ -27,7 +27,7 @@ class FinishedRun:
   tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   step: int
   state: train_state.State  # {"step", "params", "opt_state"}
-  setup: train_state.Setup  # the mesh, shardings and graph it was restored onto
+  setup: train_state.MeshSetup  # the mesh, shardings and graph it was restored onto
 
   @property
   def graphdef(self) -> nnx.GraphDef:

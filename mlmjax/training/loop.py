@@ -1,6 +1,6 @@
 """The step loop that pretraining (train.py) and fine-tuning (finetuning/trainer.py) share.
 
-    for each step: [before] -> train step -> finish the previous step on the host -> at the
+    for each step: [before] -> train step -> record the previous step on the host -> at the
     due steps: evaluate, checkpoint -> on a preemption notice: checkpoint and stop
 
 Each loop says what its steps, evaluations and checkpoints are (the hooks of `StepLoop`); the
@@ -68,7 +68,7 @@ class StepLoop:
   def next_batch(self, step: int):
     raise NotImplementedError
 
-  def finish(self, step: int, device_metrics) -> None:
+  def record_step(self, step: int, device_metrics) -> None:
     """The host side of finished step `step` (its metrics are still on the device)."""
     raise NotImplementedError
 
@@ -101,7 +101,7 @@ class StepLoop:
       # At most two steps in flight: block on the previous one (needed by the CPU backend
       # with many devices, and free elsewhere since the device is busy with this step).
       if pending is not None:
-        self.finish(*pending)
+        self.record_step(*pending)
       pending = (step + 1, step_metrics)
       done = step + 1
       # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
@@ -109,7 +109,7 @@ class StepLoop:
       save = done % self.checkpoint_every == 0 or done == last or preempted
       evaluate_now = self.eval_due(done) and not preempted
       if save or evaluate_now or self.sync_due(done):
-        self.finish(*pending)  # what is evaluated or saved below includes step `done`
+        self.record_step(*pending)  # what is evaluated or saved below includes step `done`
         pending = None
       if evaluate_now:  # before the checkpoint: a complete checkpoint implies its evaluation
         self.evaluate(done, state)
@@ -120,5 +120,5 @@ class StepLoop:
                         " the same command again to continue from there", done)
         return state, done, True
     if pending is not None:
-      self.finish(*pending)
+      self.record_step(*pending)
     return state, done, False

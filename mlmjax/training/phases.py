@@ -51,8 +51,9 @@ def options(entry) -> dict:
   return dict(entry[3]) if len(entry) > 3 else {}
 
 
-def _spec(s: RunSettings) -> tuple:
-  return s.train.phases or ((1.0, s.data.seq_len, s.masking.max_predictions_per_seq),)
+def _spec(settings: RunSettings) -> tuple:
+  return settings.train.phases or (
+      (1.0, settings.data.seq_len, settings.masking.max_predictions_per_seq),)
 
 
 def _bounds(spec, total: int) -> list[tuple[int, int]]:
@@ -66,38 +67,38 @@ def _bounds(spec, total: int) -> list[tuple[int, int]]:
   return out
 
 
-def mask_rates(s: RunSettings) -> masking.RateSchedule:
+def mask_rates(settings: RunSettings) -> masking.RateSchedule:
   """The run's mask rate by step: a phase naming `mask_rate` gets a segment of its own, the
   others follow the run-long masking.mask_rate -> mask_rate_end."""
-  m, total = s.masking, s.train.steps
+  m, total = settings.masking, settings.train.steps
   run_end = m.mask_rate if m.mask_rate_schedule == "constant" else m.mask_rate_end
   run_long = masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
                                   m.mask_rate_schedule)
   segments = []
-  for entry, (start, end) in zip(_spec(s), _bounds(_spec(s), total)):
+  for entry, (start, end) in zip(_spec(settings), _bounds(_spec(settings), total)):
     opts = options(entry)
     if "mask_rate" in opts:
       rate = float(opts["mask_rate"])
       segments.append(masking.Segment(start, end, rate, float(opts.get("mask_rate_end", rate))))
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
-  if not any("mask_rate" in options(e) for e in _spec(s)):
+  if not any("mask_rate" in options(e) for e in _spec(settings)):
     return run_long  # one segment: a cosine stays one cosine over the run
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
 
 
-def schedules_mask_rate(s: RunSettings) -> bool:
+def schedules_mask_rate(settings: RunSettings) -> bool:
   """Whether the mask rate changes during the run (else masking.mask_rate throughout)."""
-  return s.masking.mask_rate_schedule != "constant" or any(
-      "mask_rate" in options(e) for e in _spec(s))
+  return settings.masking.mask_rate_schedule != "constant" or any(
+      "mask_rate" in options(e) for e in _spec(settings))
 
 
-def plan(s: RunSettings) -> list[Phase]:
+def plan(settings: RunSettings) -> list[Phase]:
   """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
-  spec = _spec(s)
-  rates = mask_rates(s) if schedules_mask_rate(s) else None
+  spec = _spec(settings)
+  rates = mask_rates(settings) if schedules_mask_rate(settings) else None
   phases = []
-  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, s.train.steps))):
+  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, settings.train.steps))):
     opts = options(entry)
     seq_len, slots = int(entry[1]), int(entry[2])
     if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
@@ -106,17 +107,18 @@ def plan(s: RunSettings) -> list[Phase]:
     own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
            if "mask_rate" in opts else None)
     phases.append(Phase(i, start, end, seq_len, slots,
-                        int(opts.get("batch_size", s.train.batch_size)),
-                        float(opts.get("rope_base", s.model.rope_base)),
-                        s.seed + _PHASE_SEED_STRIDE * i, own))
+                        int(opts.get("batch_size", settings.train.batch_size)),
+                        float(opts.get("rope_base", settings.model.rope_base)),
+                        settings.seed + _PHASE_SEED_STRIDE * i, own))
   return phases
 
 
-def base_shape(s: RunSettings) -> Phase:
+def base_shape(settings: RunSettings) -> Phase:
   """The whole run as one phase of data.seq_len, masking.max_predictions_per_seq and
   train.batch_size, whatever train.phases says (the shape the benchmarks measure)."""
-  return Phase(0, 0, s.train.steps, s.data.seq_len, s.masking.max_predictions_per_seq,
-               s.train.batch_size, s.model.rope_base, s.seed)
+  return Phase(0, 0, settings.train.steps, settings.data.seq_len,
+               settings.masking.max_predictions_per_seq, settings.train.batch_size,
+               settings.model.rope_base, settings.seed)
 
 
 def phase_at(phases: list[Phase], steps_done: int) -> Phase:

@@ -33,17 +33,15 @@ PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end")
 
 
 @dataclasses.dataclass(frozen=True)
-class ObjectiveSettings:
+class ObjectiveSettings(typed_settings.Section):
   """config.objective, typed."""
+
+  KEY = "objective"
 
   kind: str
   generator_fraction: float
   discriminator_weight: float
   span_boundary_weight: float
-
-  @classmethod
-  def from_config(cls, objective_config) -> "ObjectiveSettings":
-    return typed_settings.from_section(cls, objective_config, "objective")
 
   def __post_init__(self):
     typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra"))
@@ -54,22 +52,22 @@ class ObjectiveSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalSettings:
+class EvalSettings(typed_settings.Section):
   """config.eval, typed."""
 
-  mask_rate: float
+  KEY = "eval"
 
-  @classmethod
-  def from_config(cls, eval_config) -> "EvalSettings":
-    return typed_settings.from_section(cls, eval_config, "eval")
+  mask_rate: float
 
   def __post_init__(self):
     typed_settings.check_rate("eval.mask_rate", self.mask_rate)
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(typed_settings.Section):
   """config.train, typed (the optimizer's keys included: optimizer.py reads them)."""
+
+  KEY = "train"
 
   steps: int
   batch_size: int
@@ -99,10 +97,6 @@ class TrainSettings:
   eval_batches: int
   checkpoint_every_steps: int
   max_checkpoints_to_keep: int
-
-  @classmethod
-  def from_config(cls, train_config) -> "TrainSettings":
-    return typed_settings.from_section(cls, train_config, "train")
 
   def __post_init__(self):
     typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)

@@ -1,6 +1,6 @@
 """The pure, jitted train and eval steps, for pretraining and fine-tuning alike.
 
-A step is `(state, batch) -> (state, metrics)` on a `train_state.Setup`; what it minimises is an
+A step is `(state, batch) -> (state, metrics)` on a `train_state.MeshSetup`; what it minimises is an
 `Objective`: the denominators of the loss over the whole global batch, the metric sums of a
 (micro-)batch, and the loss made from those sums. Pretraining's objective is the MLM (+ NSP,
 SBO, ELECTRA) loss of losses.py; fine-tuning's is the classifier's (finetuning/classifier.py).
@@ -19,7 +19,7 @@ from mlmjax.parallel import sharding
 from mlmjax.training import losses
 from mlmjax.training import optimizer
 from mlmjax.training.settings import ObjectiveSettings, RunSettings, TrainSettings
-from mlmjax.training.train_state import Setup, State
+from mlmjax.training.train_state import MeshSetup, State
 
 Sums = dict[str, jax.Array]
 
@@ -68,7 +68,7 @@ def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(setup: Setup, objective: Objective, train_config: TrainSettings, seed: int
+def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainSettings, seed: int
                     ) -> Callable[[State, dict], tuple[State, dict]]:
   """(state, batch) -> (state, metrics); donates the old state's buffers.
 
@@ -137,11 +137,11 @@ def make_train_step(setup: Setup, objective: Objective, train_config: TrainSetti
                  donate_argnums=0)
 
 
-def make_pretrain_step(setup: Setup, s: RunSettings, per_token_loss: bool = False
+def make_pretrain_step(setup: MeshSetup, settings: RunSettings, per_token_loss: bool = False
                        ) -> Callable[[State, dict], tuple[State, dict]]:
-  """The train step of pretraining with `s` (its objective, optimizer schedule and seed)."""
-  return make_train_step(setup, pretraining_objective(s.objective, per_token_loss), s.train,
-                         s.seed)
+  """The train step of pretraining with `settings` (its objective, optimizer schedule and seed)."""
+  return make_train_step(setup, pretraining_objective(settings.objective, per_token_loss),
+                         settings.train, settings.seed)
 
 
 def heldout_sums(outputs: dict, batch: dict) -> Sums:
@@ -153,7 +153,8 @@ def heldout_sums(outputs: dict, batch: dict) -> Sums:
   return sums
 
 
-def make_eval_step(setup: Setup, measure: Callable[[dict | jax.Array, dict], dict] = heldout_sums
+def make_eval_step(setup: MeshSetup,
+                   measure: Callable[[dict | jax.Array, dict], dict] = heldout_sums
                    ) -> Callable[[dict, dict], dict]:
   """(params, batch) -> measure(outputs, batch), without dropout, on every process."""
 

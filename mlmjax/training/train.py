@@ -1,7 +1,8 @@
 """train_and_evaluate(config, workdir): the whole training run, top to bottom.
 
     settings from the config, checked -> lock the workdir -> input (data, tokenizer, masker)
-    -> mesh + sharded state -> restore? -> loop: train step, host bookkeeping, [eval], [checkpoint] -> the end
+    -> mesh + sharded state -> restore? -> loop: train step, host bookkeeping, [eval],
+    [checkpoint] -> the end
 
 The step loop itself (the order of things, preemption, the non-finite policy) is loop.py's,
 shared with fine-tuning. The host side of the loop has participants that it treats alike: its
@@ -19,7 +20,7 @@ from absl import logging
 import jax
 import numpy as np
 
-from mlmjax.data import prefetch
+from mlmjax.data import pipeline
 from mlmjax.data import run_input as input_lib
 from mlmjax.hf import importer
 from mlmjax.models import bert
@@ -58,7 +59,7 @@ class LoopState:
         self.interval[k] = self.interval.get(k, 0.0) + float(m[k])
     return True
 
-  def take_row(self, m: dict) -> dict[str, float]:
+  def end_interval(self, m: dict) -> dict[str, float]:
     """The interval's summary (then a new interval starts); empty if nothing was applied."""
     if not self.interval:
       return {}
@@ -141,7 +142,7 @@ class _Trainer(loop.StepLoop):
       self.data.close()
     self.phase = phase
     self.train_step, self.eval_step = self._steps_for(phase.rope_base)
-    self.data = prefetch.DevicePrefetcher(
+    self.data = pipeline.on_mesh(
         self.input.train_iter(phase, phase.start, self.feedback.weights_at, self.mask_rates),
         self.mesh, self.settings.data.device_prefetch)
     return self.data
@@ -207,24 +208,24 @@ class _Trainer(loop.StepLoop):
   def next_batch(self, step: int) -> dict:
     return next(self.data)
 
-  def finish(self, step: int, device_metrics) -> None:
+  def record_step(self, step: int, device_metrics) -> None:
     """Host side of one finished step: participants, and the log every `log_every_steps`."""
     m = jax.device_get(device_metrics)  # note: a host-device sync point (on the previous step)
     if step == self.start + 1:
       self.throughput.update(step)  # start timing after the first step: excludes compilation
     self.feedback.after_step(step, m, applied=self.loop.record(step, m))
-    t = self.settings.train
-    if step % t.log_every_steps == 0 or step == t.steps:
-      row = self.loop.take_row(m)
+    train = self.settings.train
+    if step % train.log_every_steps == 0 or step == train.steps:
+      row = self.loop.end_interval(m)
       if row:
         row.update(self.throughput.update(step),
                    input_wait_fraction=self.data.take_wait_fraction())
-        metrics_lib.log_progress(step, t.steps, row)
+        metrics_lib.log_progress(step, train.steps, row)
         self.writer.write(step, row)
 
   def eval_due(self, step: int) -> bool:
-    t = self.settings.train
-    return step % t.eval_every_steps == 0 or step == t.steps
+    train = self.settings.train
+    return step % train.eval_every_steps == 0 or step == train.steps
 
   def evaluate(self, step: int, state) -> None:
     # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
@@ -246,22 +247,23 @@ class _Trainer(loop.StepLoop):
 
   # ---- the run -------------------------------------------------------------------------------
   def run(self, stop_after: int | None) -> dict[str, float]:
-    t = self.settings.train
+    train = self.settings.train
     self.start, state = self._restore()
-    self.workdir.save_config(self.settings.to_config_dict())  # only now: settings that cannot resume change nothing
+    # Only now: settings that cannot resume change nothing.
+    self.workdir.save_config(self.settings.to_config_dict())
     self.writer = metrics_lib.MetricWriter(self.workdir.metrics, self.workdir.tensorboard,
                                            resume_step=self.start)
-    self.throughput = metrics_lib.Throughput(t.steps, self._peak_flops())
+    self.throughput = metrics_lib.Throughput(train.steps, self._peak_flops())
     self._set_throughput_shapes()
-    last = t.steps if stop_after is None else min(t.steps, stop_after)
-    profiler = profiling.StepProfiler(t.profile_steps, self.workdir.path)
+    last = train.steps if stop_after is None else min(train.steps, stop_after)
+    profiler = profiling.StepProfiler(train.profile_steps, self.workdir.path)
     t0 = time.perf_counter()
     try:
       if self._eval_missing(self.start):
         self.evaluate(self.start, state)
-      if self.start >= t.steps:
+      if self.start >= train.steps:
         logging.info("Checkpoint step %d >= train.steps=%d: nothing to train", self.start,
-                     t.steps)
+                     train.steps)
       # Through self: a phase may bring its own train step (another rotary base).
       state, last, _ = self.run_steps(lambda *args: self.train_step(*args), state, self.start,
                                       last, profiler)

@@ -2,7 +2,7 @@
 
 params are the model's `nnx.to_pure_dict` (a nested dict of arrays), so orbax, optax and jit see
 ordinary pytrees and the NNX module is rebuilt inside jit with `nnx.merge` (trace-time only, no
-per-step cost). `Setup` holds what the steps need: the graph, the optimizer, the shardings.
+per-step cost). `MeshSetup` holds what the steps need: the graph, the optimizer, the shardings.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ State = dict[str, Any]
 
 
 @dataclasses.dataclass
-class Setup:
-  """Everything the loop needs to run steps on a mesh."""
+class MeshSetup:
+  """A model and its optimizer set up on a mesh: everything the loop needs to run steps."""
 
   graphdef: nnx.GraphDef
   tx: optax.GradientTransformation
@@ -100,46 +100,51 @@ def build_model(model: ModelSettings, objective: ObjectiveSettings, data_format:
                                  target=target(mesh))
 
 
-def train_flops_per_token(s: RunSettings, vocab_size: int, seq_len: int | None = None,
+def train_flops_per_token(settings: RunSettings, vocab_size: int, seq_len: int | None = None,
                           max_predictions: int | None = None) -> float:
   """models/flops.py's count for the model build_model makes, at a row length and slot count
   (default: data.seq_len, masking.max_predictions_per_seq)."""
-  electra_run = s.objective.kind == "electra"
+  electra_run = settings.objective.kind == "electra"
   return flops.train_flops_per_token(
-      s.model, vocab_size, seq_len or s.data.seq_len,
-      max_predictions or s.masking.max_predictions_per_seq,
-      s.objective.generator_fraction if electra_run else None)
+      settings.model, vocab_size, seq_len or settings.data.seq_len,
+      max_predictions or settings.masking.max_predictions_per_seq,
+      settings.objective.generator_fraction if electra_run else None)
 
 
-def make_setup(s: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> Setup:
-  """The pretraining model of `s` with its optimizer (`s.train`), sharded by `s.mesh.rules`."""
+def make_setup(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> MeshSetup:
+  """The pretraining model of `settings` with its optimizer (`settings.train`), sharded by
+  `settings.mesh.rules`."""
   return sharded_setup(
-      lambda: build_model(s.model, s.objective, s.data.format, vocab_size, s.seed, mesh),
-      optimizer.make_optimizer(s.train), mesh, s.mesh.rules, s.model.scan_layers)
+      lambda: build_model(settings.model, settings.objective, settings.data.format, vocab_size,
+                          settings.seed, mesh),
+      optimizer.make_optimizer(settings.train), mesh, settings.mesh.rules,
+      settings.model.scan_layers)
 
 
-def with_rope_base(setup: Setup, s: RunSettings, vocab_size: int, rope_base: float) -> Setup:
-  """`setup` running the pretraining model of `s` with another rotary base (a phase's): the
+def with_rope_base(setup: MeshSetup, settings: RunSettings, vocab_size: int,
+                   rope_base: float) -> MeshSetup:
+  """`setup` running the pretraining model of `settings` with another rotary base (a phase's): the
   base is part of the graph, not of the parameters, so the parameters, optimizer and shardings
   stay."""
-  model = dataclasses.replace(s.model, rope_base=rope_base)
+  model = dataclasses.replace(settings.model, rope_base=rope_base)
   abstract_model = nnx.eval_shape(
-      lambda: build_model(model, s.objective, s.data.format, vocab_size, s.seed, setup.mesh))
+      lambda: build_model(model, settings.objective, settings.data.format, vocab_size,
+                          settings.seed, setup.mesh))
   graphdef, _ = nnx.split(abstract_model)
   return dataclasses.replace(setup, graphdef=graphdef)
 
 
-def build_input(s: RunSettings, tokenizer_paths: dict[str, str], stats_path: str
+def build_input(settings: RunSettings, tokenizer_paths: dict[str, str], stats_path: str
                 ) -> run_input.RunInput:
   """The run's input (data/run_input.py) from the sections it reads."""
-  return run_input.build(s.data, s.tokenizer, s.masking,
-                         run_input.HeldOut(s.eval.mask_rate, s.train.eval_batches),
-                         s.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
+  return run_input.build(settings.data, settings.tokenizer, settings.masking,
+                         run_input.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
+                         settings.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
 
 
 def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,
-                  mesh: jax.sharding.Mesh, rules, scan_layers: bool) -> Setup:
-  """The Setup of any module `build` makes (the pretraining model, a fine-tuning classifier):
+                  mesh: jax.sharding.Mesh, rules, scan_layers: bool) -> MeshSetup:
+  """The MeshSetup of any module `build` makes (the pretraining model, a fine-tuning classifier):
   shapes and shardings first (eval_shape), then a jitted init whose outputs land sharded, so
   full parameters are never materialised on one device. `rules`: the logical axis rules;
   `scan_layers`: whether the layer stacks are stacked arrays (their per-layer shardings)."""
@@ -162,7 +167,7 @@ def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformat
       transform_non_params=lambda _: replicated, is_leaf=masked)
   state_shardings = {"step": replicated, "params": param_shardings, "opt_state": opt_shardings}
   compute = sharding.compute_shardings(param_shardings)
-  return Setup(
+  return MeshSetup(
       graphdef=graphdef, tx=tx, mesh=mesh, state_shardings=state_shardings,
       compute_shardings=compute, layer_shardings=_layer_shardings(compute, scan_layers),
       stored_layer_shardings=_layer_shardings(param_shardings, scan_layers),

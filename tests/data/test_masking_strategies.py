@@ -54,7 +54,7 @@ def _rows(tok, texts, data_format="full_sentences", rows=ROWS, epoch=0, order_se
   if order_seed is not None:
     docs = docs.shuffle(seed=order_seed)
   made = list(formats.make_rows(docs.to_iter_dataset(), data_format, LEN, seed=0, num_bins=8,
-                                keep_origin=True))
+                                sequence_keys=True))
   assert rows is None or len(made) >= rows, "not enough text"
   made = made[:rows]
   batch = {k: np.stack([r[k] for r in made]) for k in made[0]}

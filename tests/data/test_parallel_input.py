@@ -9,7 +9,6 @@ import pytest
 
 from mlmjax.data import masking
 from mlmjax.data import pipeline
-from mlmjax.data import prefetch
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
@@ -94,9 +93,9 @@ def test_prefetch_checkpoints_what_was_taken_and_masks_after_the_feedback(
   runs = []
   for depth in (0, 3):
     feedback = masking_feedback.TokenLossFeedback(len(tok), every_steps=2, decay=0.5)
-    masker = masking.Masker(masking.Settings.from_config(c.masking), vocab_stats_for_tests, None, feedback.weights_at)
-    data = prefetch.DevicePrefetcher(train_iter(c, tok, corpus[0], masker), mesh,
-                                     depth)
+    masker = masking.Masker(masking.Settings.from_config(c.masking), vocab_stats_for_tests,
+                            None, feedback.weights_at)
+    data = pipeline.on_mesh(train_iter(c, tok, corpus[0], masker), mesh, depth)
     seen = []
     for step in range(1, 7):
       batch = jax.device_get(next(data))

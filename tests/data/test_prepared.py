@@ -90,7 +90,8 @@ def test_each_shard_opens_only_its_own_files(kjv, micro_config, make_masker, dat
   split = prepared.open_source(config.data.source).split("train")
   tok = tok_lib.Tokenizer.load(config.tokenizer.path)
   spec = train_iter(config, tok, split, make_masker(config)).spec
-  it = pipeline.ShardedIterator(dataclasses.replace(spec, shards=(1,)))  # process 1's view
+  spec = dataclasses.replace(spec, shards=(1,))  # process 1's view
+  it = pipeline.ShardedIterator(spec, pipeline.Masking(spec, make_masker(config), 0))
   for _ in range(40):
     next(it)
   assert sorted(split._files) == [1, 5]  # pylint: disable=protected-access

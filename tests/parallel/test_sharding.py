@@ -220,7 +220,7 @@ def test_data_parallel_step_reduces_gradients_once():
 
 def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
   """FSDP over 8 devices: each fsdp-sharded weight is all-gathered for compute (see
-  train_state.Setup.forward): embeddings and heads once, a block's weights as the block runs and
+  train_state.MeshSetup.forward): embeddings and heads once, a block's weights as the block runs and
   again in the backward pass (instead of keeping every layer's gathered copy alive); each
   gradient is reduced once; activations stay on their device (no all-to-all or permutes,
   which GSPMD picks without the compute constraint).

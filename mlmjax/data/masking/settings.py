@@ -45,9 +45,11 @@ def parse_mixture(spec: str) -> tuple[tuple[str, float], ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Settings(typed_settings.Section):
   """config.masking, typed (field names are the config's keys; configs/base.py says what each
   means). `mixture_weights`: masking.mixture parsed, when the strategy is 'mixture'."""
+
+  KEY = "masking"
 
   strategy: str
   mask_rate: float
@@ -69,12 +71,6 @@ class Settings:
   adaptive_decay: float
   stats_max_documents: int
   mixture_weights: tuple[tuple[str, float], ...] = dataclasses.field(init=False)
-
-  @classmethod
-  def from_config(cls, masking_config) -> "Settings":
-    """config.masking (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError
-    naming the `masking.` key of the first rule a value breaks."""
-    return typed_settings.from_section(cls, masking_config, "masking")
 
   def __post_init__(self):
     names = strategies.STRATEGIES

@@ -1,0 +1,124 @@
+"""Typed settings (training/settings.py and the section classes it bundles): the config is read
+once into frozen sections with their config keys as fields; each section refuses a bad value of
+its own keys in one line naming the key; a run's config.json is written from the settings."""
+
+import dataclasses
+import json
+
+import pytest
+
+from configs import base
+from configs import spanbert
+from mlmjax.data.masking.settings import Settings as MaskingSettings
+from mlmjax.data.settings import InputSettings, TokenizerSettings
+from mlmjax.errors import ConfigError
+from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning.settings import FinetuneSettings
+from mlmjax.models.settings import ModelSettings
+from mlmjax.parallel.settings import MeshSettings
+from mlmjax.training.settings import EvalSettings, ObjectiveSettings, RunSettings, TrainSettings
+
+SECTIONS = {"data": InputSettings, "tokenizer": TokenizerSettings, "masking": MaskingSettings,
+            "model": ModelSettings, "objective": ObjectiveSettings, "train": TrainSettings,
+            "mesh": MeshSettings, "eval": EvalSettings}
+
+
+def test_every_config_key_is_a_typed_frozen_field_of_its_section():
+  config = base.get_config()
+  settings = RunSettings.from_config(config)
+  for name, kind in SECTIONS.items():
+    section = getattr(settings, name)
+    assert isinstance(section, kind)
+    assert {f.name for f in dataclasses.fields(kind) if f.init} == set(config[name].keys())
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    settings.train.steps = 3  # pylint: disable=attribute-defined-outside-init
+  assert isinstance(settings.train.learning_rate, float)
+  assert isinstance(settings.mesh.rules[0], tuple)
+
+
+def test_the_saved_config_is_the_config_the_settings_came_from():
+  config = spanbert.get_config("base")
+  config.train.phases = ((0.9, 128, 20), (0.1, 512, 80, {"mask_rate": 0.15}))
+  settings = RunSettings.from_config(config)
+  assert json.loads(settings.to_config_dict().to_json_best_effort()) == json.loads(
+      config.to_json_best_effort())
+  assert RunSettings.from_config(settings.to_config_dict()) == settings
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("data.format", "pairs", "data.format='pairs' is not one of full_sentences,"
+     " doc_sentences, segment_pair, sentence_pair, sop"),
+    ("data.eval_every_nth_document", 1, "data.eval_every_nth_document=1 must be >= 2"),
+    ("data.text_field", "", "data.text_field must name the field (.jsonl) or column (parquet,"
+     " datasets) that holds the text, e.g. 'text'"),
+    ("tokenizer.model_type", "wordpiece", "tokenizer.model_type='wordpiece' is not one of"
+     " unigram, bpe"),
+    ("masking.mask_rate", 0.0, "masking.mask_rate=0.0 must be strictly between 0 and 1"),
+    ("masking.mask_rate_schedule", "sine", "masking.mask_rate_schedule='sine' is not one of"
+     " constant, linear, cosine"),
+    ("model.num_layers", 0, "model.num_layers=0 must be >= 1"),
+    ("objective.kind", "clm", "objective.kind='clm' is not one of mlm, electra"),
+    ("objective.span_boundary_weight", -1.0, "objective.span_boundary_weight must be >= 0"),
+    ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb, muon"),
+    ("train.grad_accum_steps", 0, "train.grad_accum_steps=0 must be >= 1"),
+    ("train.phases", ((0.5, 128, 20),), "train.phases=((0.5, 128, 20),) must be (fraction,"
+     " seq_len, max_predictions[, options]) entries with positive fractions summing to 1"),
+    ("mesh.shape", (1, 0, 1), "config.mesh.shape=(1, 0, 1) must have 3 positive entries"
+     " ('data', 'fsdp', 'tensor'), at most one of them -1"),
+    ("mesh.rules", (("embed", "pipeline"),), "config.mesh.rules maps 'embed' to 'pipeline',"
+     " which is not a mesh axis (data, fsdp, tensor)"),
+    ("eval.mask_rate", 1.0, "eval.mask_rate=1.0 must be strictly between 0 and 1"),
+])
+def test_each_section_refuses_a_bad_value_in_one_line_naming_the_key(key, value, message):
+  config = base.get_config()
+  section, name = key.split(".")
+  config[section][name] = value
+  with pytest.raises(ConfigError) as e:
+    SECTIONS[section].from_config(config[section])
+  assert str(e.value) == message
+  with pytest.raises(ConfigError) as e:  # the same line from the whole config
+    RunSettings.from_config(config)
+  assert str(e.value) == message
+
+
+def test_a_whole_number_key_refuses_a_fraction():
+  config = base.get_config()
+  with pytest.raises(ConfigError) as e:
+    TrainSettings.from_config({**config.train, "steps": 2.5})
+  assert str(e.value) == "train.steps=2.5 must be a whole number"
+
+
+def test_replace_makes_the_changed_sections_again_by_their_rules():
+  settings = RunSettings.from_config(base.get_config())
+  shorter = settings.replace(seed=3, train={"steps": 10}, model={"rope_base": 160_000})
+  assert (shorter.seed, shorter.train.steps, shorter.model.rope_base) == (3, 10, 160_000.0)
+  assert isinstance(shorter.model.rope_base, float) and shorter.data is settings.data
+  assert settings.train.steps == base.get_config().train.steps  # the original is unchanged
+  with pytest.raises(ConfigError, match=r"^eval.mask_rate=0.0 must be strictly between"):
+    settings.replace(eval={"mask_rate": 0.0})
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("data.max_train_examples", -1, "data.max_train_examples=-1 must be >= 0 (0: all)"),
+    ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be in [0, 1)"),
+    ("model.pooling", "max", "model.pooling='max' is not one of cls, mean"),
+    ("train.optimizer", "muon", "train.optimizer='muon' is not one of adamw, lamb"),
+    ("train.epochs", 0.0, "train.epochs must be > 0, train.learning_rate >= 0 and"
+     " train.warmup_fraction in [0, 1)"),
+    ("train.nonfinite_policy", "retry", "train.nonfinite_policy='retry' is not one of skip,"
+     " stop"),
+])
+def test_the_finetuning_sections_refuse_bad_values_in_one_line(key, value, message):
+  config = finetune_config.get_config()
+  section, name = key.split(".")
+  config[section][name] = value
+  with pytest.raises(ConfigError) as e:
+    FinetuneSettings.from_config(config)
+  assert str(e.value) == message
+
+
+def test_finetuning_optimizer_is_linear_warmup_then_decay_over_the_run():
+  train = FinetuneSettings.from_config(finetune_config.get_config()).train
+  optimizer = train.optimizer_settings(total_steps=200)
+  assert (optimizer.steps, optimizer.warmup_steps, optimizer.schedule) == (200, 20, "linear")
+  assert (optimizer.end_learning_rate, optimizer.learning_rate) == (0.0, train.learning_rate)
