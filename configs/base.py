@@ -209,6 +209,16 @@ def get_config() -> ml_collections.ConfigDict:
   # batch at once, at the memory of one micro-batch, e.g. RoBERTa's 8K batch on a few devices.
   # batch_size must be divisible by grad_accum_steps x data x fsdp (the data-parallel size).
   config.train.grad_accum_steps = 1
+  # 'auto': before the first step, train.grad_accum_steps and model.remat are chosen for the
+  # devices (or mlmjax.compile's --target): the fewest micro-batches, then the least
+  # recomputation ('none', 'dots_saveable', 'full'), whose compiled train step fits device
+  # memory in every phase. The candidates are compiled with the real compiler; the choice is
+  # logged and kept in WORKDIR/fit.json, so a resume does not search again. The global batch,
+  # and so the learning, stays. 'off': the two keys as given.
+  config.train.fit = "off"
+  # With train.fit='auto': the memory per device to fit into, in GiB; 0: the device's (its
+  # HBM as the runtime reports it, or the target's).
+  config.train.fit_memory_gib = 0.0
   # 'adamw', 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe) or
   # 'muon' (orthogonalised momentum for the encoder blocks' matrices, AdamW for embeddings,
   # norms, biases and heads, as the Muon papers do); all use the learning rate, schedule,

@@ -28,18 +28,17 @@ import time
 import jax
 import numpy as np
 
-from mlmjax.data import formats
 from mlmjax.data import run_input
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data.settings import TokenizerSettings
 from mlmjax.errors import UserError
-from mlmjax.models import batch_schema
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import config_check
+from mlmjax.training import fit
 from mlmjax.training import steps as steps_lib
 from mlmjax.training import train_state
 from mlmjax.training.settings import RunSettings
@@ -65,16 +64,6 @@ def vocab_size(tokenizer: TokenizerSettings) -> int:
   return tokenizer.vocab_size
 
 
-def batch_spec(settings: RunSettings, mesh, max_predictions: int) -> dict:
-  """The abstract global batch the steps take (models/batch_schema.py)."""
-  spec = batch_schema.shapes(settings.train.batch_size, settings.data.seq_len, max_predictions,
-                             pairs=formats.has_pair_labels(settings.data.format),
-                             span_boundaries=settings.objective.span_boundary_weight > 0)
-  sharded = sharding.batch_sharding(mesh)
-  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
-          for k, (shape, dt) in spec.items()}
-
-
 def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
   """Checks `config` (a ConfigDict or RunSettings) for the target, then compiles each step of
   `which` for it."""
@@ -84,21 +73,25 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
                                   platform=target.platform)
   mesh = sharding.make_mesh(settings.mesh, target.devices)
   vocab = vocab_size(settings.tokenizer)
+  choice = None
+  if settings.train.fit == "auto":
+    choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes))
+    settings = fit.apply(settings, choice)
   setup = train_state.make_setup(settings, vocab, mesh)
+  batch, seq_len = settings.train.batch_size, settings.data.seq_len
   out = []
   for name in which:
     if name == "train":
-      p = settings.masking.max_predictions_per_seq
-      fn, args = steps_lib.make_pretrain_step(setup, settings), (
-          setup.abstract_state, batch_spec(settings, mesh, p))
+      slots = settings.masking.max_predictions_per_seq
+      fn, state = steps_lib.make_pretrain_step(setup, settings), setup.abstract_state
       per_token = train_state.train_flops_per_token(settings, vocab)
     else:
-      p = run_input.held_out_max_predictions(settings.data.seq_len, settings.eval.mask_rate)
-      fn, args = steps_lib.make_eval_step(setup), (setup.abstract_state["params"],
-                                                   batch_spec(settings, mesh, p))
+      slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
+      fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
       # Forward only: a third of the train step's.
-      per_token = train_state.train_flops_per_token(settings, vocab, max_predictions=p) / 3
-    tokens = settings.train.batch_size * settings.data.seq_len / mesh.size
+      per_token = train_state.train_flops_per_token(settings, vocab, max_predictions=slots) / 3
+    args = (state, train_state.batch_spec(settings, mesh, batch, seq_len, slots))
+    tokens = batch * seq_len / mesh.size
     model_flops = per_token * tokens
     # What the compiler can see of it: with scan_layers it counts the loop body once, so
     # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
@@ -111,6 +104,8 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
         stack = flops_lib.encoder_flops_per_token(settings.model, settings.data.seq_len) * tokens
         seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
     out.append(_compile(name, fn, args, settings, target, mesh, model_flops, seen))
+    if choice is not None:
+      out[-1].report["fit"] = choice.report()
   return out
 
 
@@ -125,18 +120,15 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, model_flops, s
     raise
   except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
     if "cuDNN not found" in str(e):
-      raise UserError(f"model.attention_impl={settings.model.attention_impl!r} is cuDNN attention"
-                      " here, and compiling it needs cuDNN: pip install nvidia-cudnn-cu12, or"
+      raise UserError(f"model.attention_impl={settings.model.attention_impl!r} is cuDNN"
+                      " attention here, and compiling it needs cuDNN: pip install"
+                      " nvidia-cudnn-cu12, or"
                       " set model.attention_impl='pallas_gpu'") from None
     raise
   compile_s = time.perf_counter() - t0
   text = compiled.as_text()
-  m = compiled.memory_analysis()
-  mem = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
-         "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
-         "generated_code": m.generated_code_size_in_bytes}
-  total = (mem["arguments"] + mem["outputs"] - mem["aliased"] + mem["temporaries"]
-           + mem["generated_code"])
+  mem = fit.memory_bytes(compiled)
+  total = mem["total"]
   cost = compiled.cost_analysis() or {}  # None on GPU
   cost = cost[0] if isinstance(cost, list) else cost
   compiler_flops = cost.get("flops")
@@ -146,9 +138,10 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, model_flops, s
       "devices": mesh.size, "mesh": dict(mesh.shape),
       "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
       "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
-      "remat": m_cfg.remat, "scan_layers": m_cfg.scan_layers,
+      "remat": m_cfg.remat, "grad_accum_steps": settings.train.grad_accum_steps,
+      "scan_layers": m_cfg.scan_layers,
       "batch": settings.train.batch_size, "seq_len": settings.data.seq_len,
-      "memory_bytes": {**mem, "total": total, "device": target.hbm_bytes},
+      "memory_bytes": {**mem, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
       "fits": total <= target.hbm_bytes,
       "compiler_flops_per_device": compiler_flops,

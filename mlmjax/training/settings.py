@@ -72,6 +72,8 @@ class TrainSettings(typed_settings.Section):
   steps: int
   batch_size: int
   grad_accum_steps: int
+  fit: str
+  fit_memory_gib: float
   optimizer: str
   muon_momentum: float
   muon_rms: float
@@ -118,6 +120,10 @@ class TrainSettings(typed_settings.Section):
       raise ConfigError("train.learning_rate and train.warmup_steps must be >= 0")
     if self.grad_accum_steps < 1:
       raise ConfigError(f"train.grad_accum_steps={self.grad_accum_steps} must be >= 1")
+    typed_settings.one_of("train.fit", self.fit, ("off", "auto"))
+    if self.fit_memory_gib < 0:
+      raise ConfigError(f"train.fit_memory_gib={self.fit_memory_gib} must be >= 0 (0: the"
+                        " device's memory)")
     self._check_phases()
 
   def _check_phases(self) -> None:

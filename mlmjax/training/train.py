@@ -29,6 +29,7 @@ from mlmjax.parallel import distributed
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import config_check
+from mlmjax.training import fit
 from mlmjax.training import learning_curves
 from mlmjax.training import loop
 from mlmjax.training import losses
@@ -117,6 +118,8 @@ class _Trainer(loop.StepLoop):
     self.input = train_state.build_input(settings, run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
     self.mesh = sharding.make_mesh(settings.mesh)
+    if settings.train.fit == "auto":  # micro-batches and remat for these devices (fit.py)
+      settings = self.settings = fit.resolve(settings, vocab_size, self.mesh, run.fit)
     self.phases = phases_lib.plan(settings)
     self.feedback = masking_feedback.for_settings(settings.masking, vocab_size)
     self.loop = LoopState(settings.train)

@@ -17,6 +17,7 @@ from flax import nnx
 
 from mlmjax.data import formats
 from mlmjax.data import run_input
+from mlmjax.models import batch_schema
 from mlmjax.models import bert
 from mlmjax.models import compile_target
 from mlmjax.models import electra
@@ -132,6 +133,18 @@ def with_rope_base(setup: MeshSetup, settings: RunSettings, vocab_size: int,
                           settings.seed, setup.mesh))
   graphdef, _ = nnx.split(abstract_model)
   return dataclasses.replace(setup, graphdef=graphdef)
+
+
+def batch_spec(settings: RunSettings, mesh, batch_size: int, seq_len: int,
+               max_predictions: int) -> dict:
+  """The abstract global batch of that shape the steps take (models/batch_schema.py): its
+  keys follow the data format and the objective."""
+  spec = batch_schema.shapes(batch_size, seq_len, max_predictions,
+                             pairs=formats.has_pair_labels(settings.data.format),
+                             span_boundaries=settings.objective.span_boundary_weight > 0)
+  sharded = sharding.batch_sharding(mesh)
+  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
+          for k, (shape, dt) in spec.items()}
 
 
 def build_input(settings: RunSettings, tokenizer_paths: dict[str, str], stats_path: str

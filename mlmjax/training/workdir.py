@@ -67,6 +67,7 @@ class Workdir:
   metrics = property(lambda self: self._join("metrics.jsonl"))
   tensorboard = property(lambda self: self._join("tensorboard"))
   curves = property(lambda self: self._join("curves.png"))
+  fit = property(lambda self: self._join("fit.json"))  # train.fit='auto': the choice made
   lock = property(lambda self: self._join("lock"))
   results = property(lambda self: self._join("results.json"))
 

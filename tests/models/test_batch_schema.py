@@ -10,7 +10,6 @@ from mlmjax.data import masking
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.models import batch_schema
 from mlmjax.parallel import sharding
-from mlmjax.training import aot
 from mlmjax.training import steps
 from mlmjax.training import train_state
 from mlmjax.training.settings import RunSettings
@@ -46,21 +45,27 @@ def test_compile_traces_the_steps_with_the_schema(micro_config):
   span-boundary head too (whose two boundary keys the compile command once left out)."""
   c = micro_config
   c.objective.span_boundary_weight = 1.0
+  settings = RunSettings.from_config(c)
   mesh = sharding.make_mesh(c.mesh)
-  spec = aot.batch_spec(RunSettings.from_config(c), mesh, c.masking.max_predictions_per_seq)
+  spec = train_state.batch_spec(settings, mesh, c.train.batch_size, c.data.seq_len,
+                                c.masking.max_predictions_per_seq)
   assert {k: (v.shape, v.dtype) for k, v in spec.items()} == _schema(c)
-  setup = train_state.make_setup(RunSettings.from_config(c), 512, mesh)
-  _, metrics = jax.eval_shape(steps.make_pretrain_step(setup, RunSettings.from_config(c)), setup.abstract_state, spec)
+  setup = train_state.make_setup(settings, 512, mesh)
+  step = steps.make_pretrain_step(setup, settings)
+  _, metrics = jax.eval_shape(step, setup.abstract_state, spec)
   assert "sbo_loss_sum" in metrics
 
 
 def test_a_model_names_the_keys_a_batch_lacks(micro_config):
   c = micro_config
-  setup = train_state.make_setup(RunSettings.from_config(c), 512, sharding.make_mesh(c.mesh))
-  spec = aot.batch_spec(RunSettings.from_config(c), sharding.make_mesh(c.mesh), c.masking.max_predictions_per_seq)
+  settings = RunSettings.from_config(c)
+  mesh = sharding.make_mesh(c.mesh)
+  setup = train_state.make_setup(settings, 512, mesh)
+  spec = train_state.batch_spec(settings, mesh, c.train.batch_size, c.data.seq_len,
+                                c.masking.max_predictions_per_seq)
   del spec["positions"]
   with pytest.raises(KeyError, match=r"the batch lacks \['positions'\] \(models/batch_schema.py"
                      r" says what makes them\)"):
-    jax.eval_shape(steps.make_pretrain_step(setup, RunSettings.from_config(c)), setup.abstract_state, spec)
+    jax.eval_shape(steps.make_pretrain_step(setup, settings), setup.abstract_state, spec)
   assert set(batch_schema.HOST_ONLY).isdisjoint(_schema(c))
   assert np.dtype(batch_schema.HOST_ONLY["sequence_keys"][1]) == np.int64

@@ -1,0 +1,188 @@
+"""Automatic fit (`train.fit='auto'`): the micro-batch count (train.grad_accum_steps) and the
+recomputation (model.remat) that make the train step fit device memory, chosen by compiling
+candidates with the real compiler for the run's mesh (or mlmjax.compile's target).
+
+    k: the micro-batch counts every phase's batch allows (whole rows per device), fewest first
+    the fewest k whose step fits with model.remat='full' (the least memory at a given k),
+      found by bisection (memory falls as k grows)
+    at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full'
+
+A candidate's memory is what its compiled program needs per device (memory_bytes), the
+largest over the run's phase shapes; it fits when that is at most the budget (train.fit_memory_gib,
+else the device's memory). The global batch, the data and the learning do not change with the
+choice: accumulation gives the same update as the whole batch at once (steps.py), and remat
+only recomputes. A run keeps its choice in WORKDIR/fit.json with what it was made for (devices,
+mesh, budget, model, shapes), so a resume on the same devices does not search again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from absl import logging
+import jax
+
+from mlmjax import errors
+from mlmjax import paths
+from mlmjax.parallel import sharding
+from mlmjax.training import phases as phases_lib
+from mlmjax.training import steps as steps_lib
+from mlmjax.training import train_state
+from mlmjax.training.settings import RunSettings
+
+REMATS = ("none", "dots_saveable", "full")  # least recomputation first
+GiB = 1024**3
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  grad_accum_steps: int
+  remat: str
+  memory_bytes: int  # per device, the largest phase's
+  budget_bytes: int
+  compiled: int  # candidates compiled to find it (0: taken from fit.json)
+
+  def summary(self) -> str:
+    return (f"train.grad_accum_steps={self.grad_accum_steps}, model.remat={self.remat!r}:"
+            f" {self.memory_bytes / GiB:.2f} GiB per device of {self.budget_bytes / GiB:.2f}")
+
+  def report(self) -> dict:
+    return {"grad_accum_steps": self.grad_accum_steps, "remat": self.remat,
+            "memory_gib": round(self.memory_bytes / GiB, 3),
+            "budget_gib": round(self.budget_bytes / GiB, 3), "compiled": self.compiled}
+
+
+def memory_bytes(compiled) -> dict[str, int]:
+  """What a compiled program needs per device, by kind, and in total: the arguments and
+  outputs (less what outputs alias: the donated state), temporaries and generated code."""
+  m = compiled.memory_analysis()
+  mem = {"arguments": m.argument_size_in_bytes, "outputs": m.output_size_in_bytes,
+         "aliased": m.alias_size_in_bytes, "temporaries": m.temp_size_in_bytes,
+         "generated_code": m.generated_code_size_in_bytes}
+  mem["total"] = (mem["arguments"] + mem["outputs"] - mem["aliased"] + mem["temporaries"]
+                  + mem["generated_code"])
+  return mem
+
+
+def apply(settings: RunSettings, choice: Choice) -> RunSettings:
+  return settings.replace(train={"grad_accum_steps": choice.grad_accum_steps},
+                          model={"remat": choice.remat})
+
+
+def budget_bytes(settings: RunSettings, device_bytes: int | None) -> int | None:
+  """train.fit_memory_gib, else `device_bytes` (None: unknown, as on a CPU)."""
+  if settings.train.fit_memory_gib > 0:
+    return int(settings.train.fit_memory_gib * GiB)
+  return device_bytes
+
+
+def local_device_bytes() -> int | None:
+  """The memory of this process's devices as their runtime reports it (None on a CPU)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  return stats.get("bytes_limit")
+
+
+def micro_batch_counts(settings: RunSettings, mesh: jax.sharding.Mesh) -> list[int]:
+  """Every k for which each phase's batch splits into k micro-batches of whole rows on each
+  data-parallel device."""
+  dp = 1
+  for axis in sharding.BATCH_AXES:
+    dp *= mesh.shape[axis]
+  sizes = phases_lib.batch_sizes(settings.train)
+  return [k for k in range(1, min(sizes) // dp + 1) if all(s % (dp * k) == 0 for s in sizes)]
+
+
+def _shapes(settings: RunSettings) -> list[tuple[int, int, int]]:
+  """The distinct (batch, seq_len, prediction slots) of the run's phases."""
+  return sorted({(p.batch_size, p.seq_len, p.max_predictions)
+                 for p in phases_lib.plan(settings)})
+
+
+def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> int:
+  """Per-device memory of the compiled train step of `settings`, the largest over its phase
+  shapes; a program the compiler refuses as too big counts as larger than any budget."""
+  setup = train_state.make_setup(settings, vocab_size, mesh)
+  step = steps_lib.make_pretrain_step(setup, settings)
+  largest = 0
+  for batch_size, seq_len, predictions in _shapes(settings):
+    batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
+    try:
+      compiled = step.lower(setup.abstract_state, batch).compile()
+    except jax.errors.JaxRuntimeError as e:
+      if "RESOURCE_EXHAUSTED" not in str(e):
+        raise
+      return 1 << 62
+    largest = max(largest, memory_bytes(compiled)["total"])
+  return largest
+
+
+def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
+           budget: int) -> Choice:
+  """The fewest micro-batches, then the least recomputation, that fit `budget` bytes per
+  device (module docstring); a ConfigError when nothing does."""
+  counts = micro_batch_counts(settings, mesh)
+  measured: dict[tuple[int, str], int] = {}
+
+  def need(k: int, remat: str) -> int:
+    if (k, remat) not in measured:
+      candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
+      measured[k, remat] = step_memory(candidate, vocab_size, mesh)
+      logging.info("Fit: grad_accum_steps=%d, remat=%r needs %.2f GiB per device (budget"
+                   " %.2f)", k, remat, min(measured[k, remat], 1 << 50) / GiB, budget / GiB)
+    return measured[k, remat]
+
+  low, high = 0, len(counts) - 1  # bisect for the fewest k that fits with 'full'
+  if need(counts[high], "full") > budget:
+    raise errors.ConfigError(
+        f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
+        f" train.grad_accum_steps={counts[high]} (the most the batch allows) with"
+        f" model.remat='full' needs {need(counts[high], 'full') / GiB:.2f} GiB: shard over more"
+        " devices (config.mesh.shape), or use a smaller model or row length")
+  while low < high:
+    mid = (low + high) // 2
+    if need(counts[mid], "full") <= budget:
+      high = mid
+    else:
+      low = mid + 1
+  k = counts[low]
+  remat = next(r for r in REMATS if need(k, r) <= budget)
+  return Choice(k, remat, need(k, remat), budget, len(measured))
+
+
+def _made_for(settings: RunSettings, mesh: jax.sharding.Mesh, budget: int | None) -> dict:
+  """What a choice depends on: a saved one is reused only for the same."""
+  model = dataclasses.asdict(settings.model)
+  del model["remat"]
+  return {"devices": mesh.size, "device_kind": mesh.devices.flat[0].device_kind,
+          "mesh": dict(mesh.shape), "budget_bytes": budget, "model": model,
+          "objective": dataclasses.asdict(settings.objective), "format": settings.data.format,
+          "shapes": _shapes(settings), "optimizer": settings.train.optimizer}
+
+
+def resolve(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
+            record: str) -> RunSettings:
+  """`settings` with the choice for this mesh: the one saved at `record` (WORKDIR/fit.json) if
+  it was made for the same, else a new one, saved there."""
+  budget = budget_bytes(settings, local_device_bytes())
+  made_for = json.loads(json.dumps(_made_for(settings, mesh, budget)))  # as it reads back
+  if paths.exists(record):
+    saved = json.loads(paths.read_text(record))
+    if saved.get("made_for") == made_for:
+      choice = Choice(**{**saved["choice"], "compiled": 0})
+      logging.info("Fit (from %s): %s", record, choice.summary())
+      return apply(settings, choice)
+    logging.info("Fit: %s was made for other devices or settings; choosing again", record)
+  if budget is None:
+    logging.info("Fit: %s reports no memory limit; set train.fit_memory_gib to fit one."
+                 " Keeping train.grad_accum_steps=%d, model.remat=%r",
+                 mesh.devices.flat[0].device_kind, settings.train.grad_accum_steps,
+                 settings.model.remat)
+    return settings
+  choice = choose(settings, vocab_size, mesh, budget)
+  logging.info("Fit: %s (%d candidates compiled)", choice.summary(), choice.compiled)
+  if jax.process_index() == 0:
+    saved_choice = {k: v for k, v in dataclasses.asdict(choice).items() if k != "compiled"}
+    paths.write_atomic(record, json.dumps({"choice": saved_choice, "made_for": made_for},
+                                          indent=2) + "\n")
+  return apply(settings, choice)

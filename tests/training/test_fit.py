@@ -1,0 +1,99 @@
+"""Automatic fit (training/fit.py): train.fit='auto' compiles candidates with the real compiler
+and takes the fewest micro-batches, then the least recomputation, that fit the memory budget;
+a run logs the choice, keeps it in fit.json and resumes with it without searching again.
+
+The budget below sits between what the compiled steps of the tiny preset (batch 64, seq 128,
+on the 8 test devices) need: 86.9 MiB with 1 micro-batch even with remat 'full'; with 2
+micro-batches 52.5 ('full'), 56.5 ('dots_saveable'), 60.5 ('none')."""
+
+import json
+import logging
+import os
+
+import pytest
+
+from configs import tiny
+from mlmjax import errors
+from mlmjax.parallel import sharding
+from mlmjax.training import fit
+from mlmjax.training import train
+from mlmjax.training.settings import RunSettings
+
+BUDGET_GIB = 58 / 1024
+VOCAB = 512  # the session tokenizer's
+
+
+def _config(tokenizer_path, **train_keys):
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  config.train.update({"batch_size": 64, "fit": "auto", "fit_memory_gib": BUDGET_GIB,
+                       **train_keys})
+  config.data.seq_len = 128
+  config.masking.update(mask_rate=0.15, max_predictions_per_seq=20)
+  return config
+
+
+@pytest.mark.slow
+def test_the_fewest_micro_batches_then_the_least_recomputation_that_fit(tokenizer_path):
+  settings = RunSettings.from_config(_config(tokenizer_path))
+  mesh = sharding.make_mesh(settings.mesh)
+  assert fit.micro_batch_counts(settings, mesh) == [1, 2, 4, 8]  # 8 rows on each device
+  choice = fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
+  assert (choice.grad_accum_steps, choice.remat) == (2, "dots_saveable")
+  assert choice.memory_bytes <= choice.budget_bytes == int(BUDGET_GIB * fit.GiB)
+  # 'full' at 8 (does anything fit?), then bisection at 2 and 1, then 'none' and
+  # 'dots_saveable' at 2: 5 compiles, not the 12 candidates.
+  assert choice.compiled == 5
+  chosen = fit.apply(settings, choice)
+  assert (chosen.train.grad_accum_steps, chosen.model.remat) == (2, "dots_saveable")
+  assert chosen.train.batch_size == 64  # the global batch stays
+
+
+def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
+  settings = RunSettings.from_config(_config(tokenizer_path, fit_memory_gib=16 / 1024))
+  mesh = sharding.make_mesh(settings.mesh)
+  with pytest.raises(errors.ConfigError, match=r"^train.fit='auto': nothing fits 0.02 GiB per"
+                     r" device; even train.grad_accum_steps=8 \(the most the batch allows\)"
+                     r" with model.remat='full' needs 0.02 GiB: shard over more devices"):
+    fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
+
+
+@pytest.mark.slow
+def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_path, tmp_path,
+                                                                   caplog):
+  workdir = str(tmp_path / "run")
+  config = _config(tokenizer_path, steps=2, eval_every_steps=2, checkpoint_every_steps=2)
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(config, workdir)
+  logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
+  assert logged[-1].startswith("Fit: train.grad_accum_steps=2, model.remat='dots_saveable':")
+  saved = json.load(open(os.path.join(workdir, "fit.json")))
+  assert (saved["choice"]["grad_accum_steps"], saved["choice"]["remat"]) == (2, "dots_saveable")
+  ran = json.load(open(os.path.join(workdir, "config.json")))
+  assert (ran["train"]["grad_accum_steps"], ran["model"]["remat"]) == (2, "dots_saveable")
+  caplog.clear()
+  config.train.steps = 4
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(config, workdir)
+  logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
+  assert len(logged) == 1 and logged[0].startswith(
+      f"Fit (from {workdir}/fit.json): train.grad_accum_steps=2, model.remat='dots_saveable'")
+  assert "Resumed from checkpoint at step 2" in caplog.text
+
+
+@pytest.mark.slow
+def test_the_compile_command_fits_for_its_target_and_reports_the_choice(tokenizer_path):
+  """mlmjax.compile's path (aot.compile_steps), with this machine's 8 CPU devices as the target
+  and the budget as their memory: the steps compiled are the chosen ones."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  config = _config(tokenizer_path, fit_memory_gib=0.0)  # the target's memory
+  target = targets.Target("cpu-8", "cpu", tuple(jax.devices()), 1, int(BUDGET_GIB * fit.GiB),
+                          "8 CPU devices")
+  reports = [c.report for c in aot.compile_steps(config, target)]
+  assert [r["step"] for r in reports] == ["train", "eval"]
+  assert reports[0]["fit"] == {"grad_accum_steps": 2, "remat": "dots_saveable",
+                               "memory_gib": reports[0]["fit"]["memory_gib"],
+                               "budget_gib": round(BUDGET_GIB, 3), "compiled": 5}
+  assert reports[0]["remat"] == "dots_saveable" and reports[0]["fits"]
