@@ -88,14 +88,14 @@ class FinetuneTrain(typed_settings.Section):
     keys over today's pretraining defaults, a linear warmup over warmup_fraction of the
     `total_steps`, then linear decay to 0, no accumulation or update clipping."""
     from mlmjax.training import saved_config  # pylint: disable=g-import-not-at-top
-    train = saved_config.defaults().train
-    train.update({k: getattr(self, k) for k in (
-        "optimizer", "learning_rate", "weight_decay", "adam_b1", "adam_b2", "adam_eps",
-        "grad_clip_norm", "batch_size")})
-    train.update(steps=total_steps, end_learning_rate=0.0, schedule="linear",
-                 schedule_unit="steps", update_clip_rms=0.0, grad_accum_steps=1,
-                 warmup_steps=round(self.warmup_fraction * total_steps))
-    return run_settings.TrainSettings.from_config(train)
+    defaults = run_settings.TrainSettings.from_config(saved_config.defaults().train)
+    return dataclasses.replace(
+        defaults, **{k: getattr(self, k) for k in (
+            "optimizer", "learning_rate", "weight_decay", "adam_b1", "adam_b2", "adam_eps",
+            "grad_clip_norm", "batch_size")},
+        steps=total_steps, end_learning_rate=0.0, schedule="linear", schedule_unit="steps",
+        update_clip_rms=0.0, grad_accum_steps=1,
+        warmup_steps=round(self.warmup_fraction * total_steps))
 
 
 @dataclasses.dataclass(frozen=True)

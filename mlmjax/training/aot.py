@@ -1,9 +1,11 @@
 """Ahead-of-time compilation of the real train and eval steps for a target this machine does
 not have (a TPU slice, a GPU node: parallel/targets.py), and what the compiler says of them.
 
-Everything the run would build is built the same way (steps.make_setup / make_train_step /
-make_eval_step on a mesh of the target's devices); only the inputs are abstract
-(ShapeDtypeStructs carrying their NamedShardings), so nothing is allocated. Per step:
+Everything the run would build is built the same way (train_state.make_setup,
+steps.make_pretrain_step and make_eval_step, on a mesh of the target's devices); only the inputs
+are abstract (ShapeDtypeStructs carrying their NamedShardings), so nothing is allocated. Each
+distinct shape of the run's phases (batch, row length, prediction slots) is compiled, so a run
+that fits at its first row length is known to fit at its last. Per step and shape:
 
   memory       per device, from the compiled executable: arguments, outputs, temporaries,
                generated code; total = those minus what outputs alias (the donated state),
@@ -39,6 +41,7 @@ from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import config_check
 from mlmjax.training import fit
+from mlmjax.training import phases as phases_lib
 from mlmjax.training import steps as steps_lib
 from mlmjax.training import train_state
 from mlmjax.training.settings import RunSettings
@@ -66,7 +69,8 @@ def vocab_size(tokenizer: TokenizerSettings) -> int:
 
 def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
   """Checks `config` (a ConfigDict or RunSettings) for the target, then compiles each step of
-  `which` for it."""
+  `which` for it at each shape of the run's phases (train.phases: batch, row length, slots),
+  with train.fit='auto' at the setting chosen for the target (fit.py)."""
   # One process per TPU host; process indices restart in each slice.
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
   settings = config_check.checked(config, len(target.devices), num_processes,
@@ -78,39 +82,48 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
     choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes))
     settings = fit.apply(settings, choice)
   setup = train_state.make_setup(settings, vocab, mesh)
-  batch, seq_len = settings.train.batch_size, settings.data.seq_len
   out = []
-  for name in which:
-    if name == "train":
-      slots = settings.masking.max_predictions_per_seq
-      fn, state = steps_lib.make_pretrain_step(setup, settings), setup.abstract_state
-      per_token = train_state.train_flops_per_token(settings, vocab)
-    else:
-      slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
-      fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
-      # Forward only: a third of the train step's.
-      per_token = train_state.train_flops_per_token(settings, vocab, max_predictions=slots) / 3
-    args = (state, train_state.batch_spec(settings, mesh, batch, seq_len, slots))
-    tokens = batch * seq_len / mesh.size
-    model_flops = per_token * tokens
-    # What the compiler can see of it: with scan_layers it counts the loop body once, so
-    # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
-    # ELECTRA's two stacks are not split out: None).
-    seen = model_flops
-    if settings.model.scan_layers:
-      seen = None
-      if settings.objective.kind == "mlm":
-        layers = settings.model.num_layers
-        stack = flops_lib.encoder_flops_per_token(settings.model, settings.data.seq_len) * tokens
-        seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
-    out.append(_compile(name, fn, args, settings, target, mesh, model_flops, seen))
-    if choice is not None:
-      out[-1].report["fit"] = choice.report()
+  for phases, (batch, seq_len, train_slots) in phases_lib.shapes(settings).items():
+    for name in which:
+      out.append(_compile_step(name, settings, setup, vocab, target, batch, seq_len,
+                               train_slots))
+      out[-1].report["phases"] = phases  # the train.phases entries of this shape
+      if choice is not None:
+        out[-1].report["fit"] = choice.report()
   return out
 
 
-def _compile(name, fn, args, settings: RunSettings, target, mesh, model_flops, seen_flops
-             ) -> Compiled:
+def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, batch: int,
+                  seq_len: int, train_slots: int) -> Compiled:
+  """The train or eval step at one phase shape, and its report."""
+  mesh = setup.mesh
+  if name == "train":
+    slots = train_slots
+    fn, state = steps_lib.make_pretrain_step(setup, settings), setup.abstract_state
+    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, slots)
+  else:
+    slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
+    fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
+    # Forward only: a third of the train step's.
+    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, slots) / 3
+  args = (state, train_state.batch_spec(settings, mesh, batch, seq_len, slots))
+  tokens = batch * seq_len / mesh.size
+  model_flops = per_token * tokens
+  # What the compiler can see of it: with scan_layers it counts the loop body once, so
+  # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
+  # ELECTRA's two stacks are not split out: None).
+  seen = model_flops
+  if settings.model.scan_layers:
+    seen = None
+    if settings.objective.kind == "mlm":
+      layers = settings.model.num_layers
+      stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
+      seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
+  return _compile(name, fn, args, settings, target, mesh, batch, seq_len, model_flops, seen)
+
+
+def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, seq_len: int,
+             model_flops, seen_flops) -> Compiled:
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -139,8 +152,7 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, model_flops, s
       "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
       "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
       "remat": m_cfg.remat, "grad_accum_steps": settings.train.grad_accum_steps,
-      "scan_layers": m_cfg.scan_layers,
-      "batch": settings.train.batch_size, "seq_len": settings.data.seq_len,
+      "scan_layers": m_cfg.scan_layers, "batch": batch, "seq_len": seq_len,
       "memory_bytes": {**mem, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
       "fits": total <= target.hbm_bytes,

@@ -7,11 +7,11 @@ candidates with the real compiler for the run's mesh (or mlmjax.compile's target
       found by bisection (memory falls as k grows)
     at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full'
 
-A candidate's memory is what its compiled program needs per device (memory_bytes), the
-largest over the run's phase shapes; it fits when that is at most the budget (train.fit_memory_gib,
-else the device's memory). The global batch, the data and the learning do not change with the
-choice: accumulation gives the same update as the whole batch at once (steps.py), and remat
-only recomputes. A run keeps its choice in WORKDIR/fit.json with what it was made for (devices,
+A candidate's memory is what its compiled train step needs per device (memory_bytes), the
+largest over the run's phase shapes; it fits when that is at most the budget
+(train.fit_memory_gib, else the device's memory). The eval step, forward only, needs less. The
+global batch, the data and the learning do not change with the choice: accumulation gives the
+same update as the whole batch at once (steps.py), and remat only recomputes. A run keeps its choice in WORKDIR/fit.json with what it was made for (devices,
 mesh, budget, model, shapes), so a resume on the same devices does not search again.
 """
 
@@ -93,19 +93,13 @@ def micro_batch_counts(settings: RunSettings, mesh: jax.sharding.Mesh) -> list[i
   return [k for k in range(1, min(sizes) // dp + 1) if all(s % (dp * k) == 0 for s in sizes)]
 
 
-def _shapes(settings: RunSettings) -> list[tuple[int, int, int]]:
-  """The distinct (batch, seq_len, prediction slots) of the run's phases."""
-  return sorted({(p.batch_size, p.seq_len, p.max_predictions)
-                 for p in phases_lib.plan(settings)})
-
-
 def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> int:
   """Per-device memory of the compiled train step of `settings`, the largest over its phase
   shapes; a program the compiler refuses as too big counts as larger than any budget."""
   setup = train_state.make_setup(settings, vocab_size, mesh)
   step = steps_lib.make_pretrain_step(setup, settings)
   largest = 0
-  for batch_size, seq_len, predictions in _shapes(settings):
+  for batch_size, seq_len, predictions in phases_lib.shapes(settings).values():
     batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
     try:
       compiled = step.lower(setup.abstract_state, batch).compile()
@@ -157,7 +151,8 @@ def _made_for(settings: RunSettings, mesh: jax.sharding.Mesh, budget: int | None
   return {"devices": mesh.size, "device_kind": mesh.devices.flat[0].device_kind,
           "mesh": dict(mesh.shape), "budget_bytes": budget, "model": model,
           "objective": dataclasses.asdict(settings.objective), "format": settings.data.format,
-          "shapes": _shapes(settings), "optimizer": settings.train.optimizer}
+          "shapes": list(phases_lib.shapes(settings).values()),
+          "optimizer": settings.train.optimizer}
 
 
 def resolve(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,

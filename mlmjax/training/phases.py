@@ -113,6 +113,16 @@ def plan(settings: RunSettings) -> list[Phase]:
   return phases
 
 
+def shapes(settings: RunSettings) -> dict[tuple[int, ...], tuple[int, int, int]]:
+  """The run's distinct step shapes, (batch, seq_len, prediction slots), by the indices of
+  the phases that have each: what a compile must check."""
+  out: dict[tuple[int, int, int], list[int]] = {}
+  for phase in plan(settings):
+    out.setdefault((phase.batch_size, phase.seq_len, phase.max_predictions), []).append(
+        phase.index)
+  return {tuple(indices): shape for shape, indices in out.items()}
+
+
 def base_shape(settings: RunSettings) -> Phase:
   """The whole run as one phase of data.seq_len, masking.max_predictions_per_seq and
   train.batch_size, whatever train.phases says (the shape the benchmarks measure)."""

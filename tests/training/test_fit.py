@@ -33,22 +33,6 @@ def _config(tokenizer_path, **train_keys):
   return config
 
 
-@pytest.mark.slow
-def test_the_fewest_micro_batches_then_the_least_recomputation_that_fit(tokenizer_path):
-  settings = RunSettings.from_config(_config(tokenizer_path))
-  mesh = sharding.make_mesh(settings.mesh)
-  assert fit.micro_batch_counts(settings, mesh) == [1, 2, 4, 8]  # 8 rows on each device
-  choice = fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
-  assert (choice.grad_accum_steps, choice.remat) == (2, "dots_saveable")
-  assert choice.memory_bytes <= choice.budget_bytes == int(BUDGET_GIB * fit.GiB)
-  # 'full' at 8 (does anything fit?), then bisection at 2 and 1, then 'none' and
-  # 'dots_saveable' at 2: 5 compiles, not the 12 candidates.
-  assert choice.compiled == 5
-  chosen = fit.apply(settings, choice)
-  assert (chosen.train.grad_accum_steps, chosen.model.remat) == (2, "dots_saveable")
-  assert chosen.train.batch_size == 64  # the global batch stays
-
-
 def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
   settings = RunSettings.from_config(_config(tokenizer_path, fit_memory_gib=16 / 1024))
   mesh = sharding.make_mesh(settings.mesh)
@@ -82,18 +66,41 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
 
 
 @pytest.mark.slow
-def test_the_compile_command_fits_for_its_target_and_reports_the_choice(tokenizer_path):
+def test_the_fewest_micro_batches_then_the_least_recomputation_that_fit(tokenizer_path):
   """mlmjax.compile's path (aot.compile_steps), with this machine's 8 CPU devices as the target
-  and the budget as their memory: the steps compiled are the chosen ones."""
+  and the budget as their memory: the choice, and the steps compiled at it."""
   import jax  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
   from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
   config = _config(tokenizer_path, fit_memory_gib=0.0)  # the target's memory
   target = targets.Target("cpu-8", "cpu", tuple(jax.devices()), 1, int(BUDGET_GIB * fit.GiB),
                           "8 CPU devices")
+  settings = RunSettings.from_config(config)
+  assert fit.micro_batch_counts(settings, sharding.make_mesh(settings.mesh)) == [1, 2, 4, 8]
   reports = [c.report for c in aot.compile_steps(config, target)]
   assert [r["step"] for r in reports] == ["train", "eval"]
   assert reports[0]["fit"] == {"grad_accum_steps": 2, "remat": "dots_saveable",
                                "memory_gib": reports[0]["fit"]["memory_gib"],
                                "budget_gib": round(BUDGET_GIB, 3), "compiled": 5}
-  assert reports[0]["remat"] == "dots_saveable" and reports[0]["fits"]
+  # 'full' at 8 (does anything fit?), then bisection at 2 and 1, then 'none' and
+  # 'dots_saveable' at 2: 5 compiles, not the 12 candidates.
+  assert (reports[0]["grad_accum_steps"], reports[0]["remat"]) == (2, "dots_saveable")
+  assert reports[0]["memory_bytes"]["total"] <= int(BUDGET_GIB * fit.GiB)
+  assert reports[0]["batch"] == 64  # the global batch stays
+
+
+def test_the_compile_command_checks_every_phase_shape(tokenizer_path):
+  """A run whose second phase has longer rows is compiled at both shapes, not data.seq_len's
+  alone (a run that fits at 64 can fail when its 128 phase starts)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  config.masking.mask_rate = 0.15
+  config.train.phases = ((0.5, 64, 10), (0.5, 128, 20))
+  target = targets.Target("cpu-8", "cpu", tuple(jax.devices()), 1, 1 << 30, "8 CPU devices")
+  reports = [c.report for c in aot.compile_steps(config, target, which=("train",))]
+  assert [(r["phases"], r["seq_len"], r["batch"]) for r in reports] == [
+      ((0,), 64, 32), ((1,), 128, 32)]
+  assert reports[1]["memory_bytes"]["total"] > reports[0]["memory_bytes"]["total"]
