@@ -123,6 +123,7 @@ class ShardedIterator:
       ds = shard_walk.LocalStream(self.spec, self._state)
       if not self.masks_late:
         ds = ds.map(self.masking.of_item)  # in the workers, if any
+      if self.worker_count:
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(
             num_workers=self.worker_count, per_worker_buffer_size=_WORKER_BUFFER))
       self._it = iter(ds)
@@ -145,6 +146,11 @@ class ShardedIterator:
     """Batches taken since the stream's start at the position `state` (get_state())."""
     shard = state["shards"][str(self.spec.shards[0])]  # shards move in lock step
     return shard["window"] * self.spec.window_rounds + shard["batch"]
+
+  def mask_late(self, batch: dict[str, np.ndarray], position: dict) -> dict[str, np.ndarray]:
+    """With `masks_late`: the masks of the batch this iterator handed out at `position` (the
+    position after it, get_state() then), made now."""
+    return self.masking(batch, self.batch_index(position) - 1)
 
   def set_state(self, state: dict) -> None:
     """Takes a global position (every shard's) and keeps this process's shards."""
@@ -209,10 +215,8 @@ def on_mesh(host: ShardedIterator, mesh, depth: int) -> prefetch.Prefetcher:
   if not host.masks_late:
     return prefetch.Prefetcher(host, depth, ahead=place)
 
-  def mask_late(batch: dict, position: dict) -> dict:
-    b = host.batch_index(position) - 1  # the position is the one after this batch
-    return place(host.masking(batch, b))
-  return prefetch.Prefetcher(host, depth, on_take=mask_late)
+  return prefetch.Prefetcher(
+      host, depth, on_take=lambda batch, position: place(host.mask_late(batch, position)))
 
 
 def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,

@@ -155,6 +155,8 @@ def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
     start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
       batch = next(it)
+      if it.masks_late:  # adaptive masking's masks, made as the training loop takes a batch
+        batch = it.mask_late(batch, it.get_state())
       tokens += batch["input_ids"].size
       real += int((batch["segment_ids"] > 0).sum())
       batches += 1
