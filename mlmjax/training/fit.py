@@ -11,8 +11,9 @@ A candidate's memory is what its compiled train step needs per device (memory_by
 largest over the run's phase shapes; it fits when that is at most the budget
 (train.fit_memory_gib, else the device's memory). The eval step, forward only, needs less. The
 global batch, the data and the learning do not change with the choice: accumulation gives the
-same update as the whole batch at once (steps.py), and remat only recomputes. A run keeps its choice in WORKDIR/fit.json with what it was made for (devices,
-mesh, budget, model, shapes), so a resume on the same devices does not search again.
+same update as the whole batch at once (steps.py), and remat only recomputes. A run keeps its
+choice in WORKDIR/fit.json with what it was made for (devices, mesh, budget, model, shapes),
+so a resume on the same devices does not search again.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mlmjax.training.settings import RunSettings
 
 REMATS = ("none", "dots_saveable", "full")  # least recomputation first
 GiB = 1024**3
+_TOO_BIG = 1 << 62  # what a program the compiler refuses as too big needs, for comparisons
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +108,7 @@ def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh)
     except jax.errors.JaxRuntimeError as e:
       if "RESOURCE_EXHAUSTED" not in str(e):
         raise
-      return 1 << 62
+      return _TOO_BIG
     largest = max(largest, memory_bytes(compiled)["total"])
   return largest
 
@@ -122,17 +124,21 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
     if (k, remat) not in measured:
       candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
       measured[k, remat] = step_memory(candidate, vocab_size, mesh)
-      logging.info("Fit: grad_accum_steps=%d, remat=%r needs %.2f GiB per device (budget"
-                   " %.2f)", k, remat, min(measured[k, remat], 1 << 50) / GiB, budget / GiB)
+      need_text = (f"needs {measured[k, remat] / GiB:.2f} GiB per device"
+                   if measured[k, remat] < _TOO_BIG else "is too big for the compiler")
+      logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB)", k, remat,
+                   need_text, budget / GiB)
     return measured[k, remat]
 
   low, high = 0, len(counts) - 1  # bisect for the fewest k that fits with 'full'
-  if need(counts[high], "full") > budget:
+  least = need(counts[high], "full")
+  if least > budget:
+    what = f"needs {least / GiB:.2f} GiB" if least < _TOO_BIG else "is too big for the compiler"
     raise errors.ConfigError(
         f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
         f" train.grad_accum_steps={counts[high]} (the most the batch allows) with"
-        f" model.remat='full' needs {need(counts[high], 'full') / GiB:.2f} GiB: shard over more"
-        " devices (config.mesh.shape), or use a smaller model or row length")
+        f" model.remat='full' {what}: shard over more devices (config.mesh.shape), or use a"
+        " smaller model or row length")
   while low < high:
     mid = (low + high) // 2
     if need(counts[mid], "full") <= budget:

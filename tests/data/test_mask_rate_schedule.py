@@ -47,7 +47,8 @@ def test_phases_with_rates_of_their_own_anneal_phase_by_phase():
   assert [rates.at(d) for d in (0, 49, 50, 79)] == [0.3, 0.3, 0.15, 0.15]
   assert rates.at(80) == pytest.approx(0.15) and rates.at(90) == pytest.approx(0.1)
   # The slots follow the phase's highest rate: a full row of 254 maskable tokens.
-  assert [p.max_predictions for p in phases.plan(RunSettings.from_config(_config("linear", spec=spec)))] == [
+  plan = phases.plan(RunSettings.from_config(_config("linear", spec=spec)))
+  assert [p.max_predictions for p in plan] == [
       76, 38, 38]
 
 

@@ -40,7 +40,8 @@ def _mask(batch, step=0, example_ids=None, seed=1, **overrides):
   config.update(overrides)
   rows = batch["input_ids"].shape[0]
   ids = np.arange(rows) if example_ids is None else example_ids
-  return masking.Masker(masking.Settings.from_config(config), _stats())(batch, seed=seed, step=step, example_ids=ids)
+  masker = masking.Masker(masking.Settings.from_config(config), _stats())
+  return masker(batch, seed=seed, step=step, example_ids=ids)
 
 
 def test_budget_rounds_half_up_with_at_least_one_and_a_cap():

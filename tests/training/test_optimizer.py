@@ -147,10 +147,12 @@ def test_micro_batches_stay_on_their_devices():
   all-to-all, gather or permute, only all-reduces (gradients and sums, per micro-batch)."""
   config = small_config((8, 1, 1))
   config.train.grad_accum_steps = 2
-  mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+  settings = RunSettings.from_config(config)
+  mesh = sharding.make_mesh(settings.mesh)
+  setup = train_state.make_setup(settings, VOCAB, mesh)
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
            for k, v in synthetic_batches(1)[0].items()}
-  hlo = steps.make_pretrain_step(setup, RunSettings.from_config(config)).lower(setup.abstract_state, batch).compile()
+  step = steps.make_pretrain_step(setup, settings)
+  hlo = step.lower(setup.abstract_state, batch).compile()
   assert set(collectives_in(hlo.as_text())) == {"all-reduce"}
