@@ -1,0 +1,43 @@
+"""Fixtures of the masking tests: the session tokenizer's tables and rows of the built-in
+corpus made by the real row builder, once per session."""
+
+import pytest
+
+from masking_cases import PHRASES, _rows, _words
+from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data import vocab_stats
+from mlmjax.data.masking import entities
+
+@pytest.fixture(scope="session")
+def tok(tokenizer_path):
+  return tok_lib.Tokenizer.load(tokenizer_path)
+
+
+@pytest.fixture(scope="session")
+def stats(tok, corpus):
+  return vocab_stats.compute(tok, corpus[0], 300)
+
+
+@pytest.fixture(scope="session")
+def packed(tok, corpus):
+  """Packed rows of several verse-long sequences (many boundaries)."""
+  return _rows(tok, [v for d in corpus[0][100:400] for v in d.split("\n")])
+
+
+@pytest.fixture(scope="session")
+def long_rows(tok, corpus):
+  """Rows of one document each, up to 126 tokens of a chapter's whole sentences."""
+  return _rows(tok, corpus[0][400:700], "doc_sentences")
+
+
+@pytest.fixture(scope="session")
+def words(tok, packed):
+  return _words(tok, packed)
+
+
+@pytest.fixture(scope="session")
+def gazetteer(tok, tmp_path_factory):
+  path = tmp_path_factory.mktemp("gaz") / "entities.txt"
+  path.write_text("\n\n".join(PHRASES), encoding="utf-8")  # blank lines are skipped
+  return entities.load_gazetteer(str(path), tok)
+
