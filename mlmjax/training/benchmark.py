@@ -49,7 +49,7 @@ def _measure(settings: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: i
     settings = settings.replace(tokenizer={"path": run_dir.tokenizer})
   vocab_size = inp.tokenizer.vocab_size
   it = inp.train_iter(phases.base_shape(settings))
-  batch = next(it)
+  batch = it.next_masked()
   it.close()
   model = settings.model
   out = {"device": jax.devices()[0].device_kind, "platform": jax.devices()[0].platform,
@@ -154,9 +154,7 @@ def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
     tokens = real = batches = 0
     start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
-      batch = next(it)
-      if it.masks_late:  # adaptive masking's masks, made as the training loop takes a batch
-        batch = it.mask_late(batch, it.get_state())
+      batch = it.next_masked()
       tokens += batch["input_ids"].size
       real += int((batch["segment_ids"] > 0).sum())
       batches += 1

@@ -28,12 +28,6 @@ def _iter(config, corpus, masker, workers, state=None):
   return it
 
 
-def _next(it):
-  """The next batch, masked as training masks it (late masks when the loop takes it)."""
-  batch = next(it)
-  return it.mask_late(batch, it.get_state()) if it.masks_late else batch
-
-
 def _same(a, b):
   assert a.keys() == b.keys()
   for k in a:
@@ -55,19 +49,19 @@ def test_two_workers_give_the_same_batches_and_resume_exactly(micro_config, corp
   c.data.num_shards = 2  # two shards in this process, each walked by the workers
   masker = make_masker(c)
   ref = _iter(c, corpus, masker, 0)
-  want = [_next(ref) for _ in range(8)]
+  want = [ref.next_masked() for _ in range(8)]
   ref.close()
   workers = _iter(c, corpus, masker, 2)
   for w in want[:5]:
-    _same(_next(workers), w)
+    _same(workers.next_masked(), w)
   state = workers.get_state()  # mid-window: window 2, one batch taken
   for w in want[5:]:
-    _same(_next(workers), w)
+    _same(workers.next_masked(), w)
   workers.close()
   for count in (2, 0):  # resumed with workers, and the same position without
     again = _iter(c, corpus, masker, count, state)
     for w in want[5:]:
-      _same(_next(again), w)
+      _same(again.next_masked(), w)
     again.close()
 
 
