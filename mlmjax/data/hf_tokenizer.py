@@ -89,6 +89,15 @@ class HFTokenizer:
     encodings = self.tk.encode_batch_fast(list(texts), add_special_tokens=False)
     return [self._from_hf[np.asarray(e.ids, np.int64)].tolist() for e in encodings]
 
+  def encode_offsets(self, texts: list[str]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
+    """encode, with each piece's [start, end) in characters of its text (annotation.py)."""
+    out = []
+    for e in self.tk.encode_batch(list(texts), add_special_tokens=False):
+      offsets = np.asarray(e.offsets, np.int64).reshape(-1, 2)
+      out.append((self._from_hf[np.asarray(e.ids, np.int64)].tolist(), offsets[:, 0],
+                  offsets[:, 1]))
+    return out
+
   def id_to_piece(self, i: int) -> str:
     return self.tk.id_to_token(int(self.vocab_to_hf[int(i)]))
 

@@ -132,3 +132,7 @@ class PreparedMixture(Mixture):
   def sentences(self, j: int):
     k, i = self.locate(j)
     return self.parts[k].sentences(i)
+
+  @property
+  def annotated(self) -> bool:
+    return all(p.annotated for p in self.parts)

@@ -41,6 +41,7 @@ import grain
 import jax
 import numpy as np
 
+from mlmjax.data import annotation
 from mlmjax.data import masking
 from mlmjax.data import prefetch
 from mlmjax.data import shard_walk
@@ -86,9 +87,13 @@ class Masking:
     self.first_row = spec.shards[0] * spec.rows_per_shard
 
   def __call__(self, batch: dict[str, np.ndarray], b: int) -> dict[str, np.ndarray]:
-    out = self.masker(batch, seed=self.seed, step=self.first_step + b,
-                      example_ids=self.first_row + np.arange(len(batch["input_ids"])))
-    return {k: v for k, v in out.items() if k not in batch_schema.HOST_ONLY}
+    return {k: v for k, v in self.with_host_keys(batch, b).items()
+            if k not in batch_schema.HOST_ONLY}
+
+  def with_host_keys(self, batch: dict[str, np.ndarray], b: int) -> dict[str, np.ndarray]:
+    """The masked batch with the host-only arrays still in it (what mlmjax.show_masks reads)."""
+    return self.masker(batch, seed=self.seed, step=self.first_step + b,
+                       example_ids=self.first_row + np.arange(len(batch["input_ids"])))
 
   def of_item(self, item: tuple) -> tuple:
     """The stage over LocalStream's items: (b, batch, position) -> (b, masked, position)."""
@@ -193,9 +198,16 @@ def _spec(data: InputSettings, documents, masker: masking.Masker, word_start, *,
       word_start=word_start)
 
 
-def _tokenized(source, tok):
-  """Prepared splits are tokenized already; text is tokenized as it is read."""
-  return source if hasattr(source, "sentences") else DocumentReader(source, tok.to_bytes())
+def tokenized(source, tok, annotator: annotation.Annotator | None = None):
+  """Documents as token ids (documents.py): prepared splits are tokenized (and annotated)
+  already; text is tokenized (and annotated, with `annotator`) as it is read."""
+  if not hasattr(source, "sentences"):
+    return DocumentReader(source, tok.to_bytes(), annotator)
+  if annotator is not None and not source.annotated:
+    raise DataError(f"{source!r} was prepared without word annotations, which this masking"
+                    " needs (syntax, or entity with entity_ner): prepare it again with this"
+                    " run's config")
+  return source
 
 
 def make_train_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
@@ -205,8 +217,8 @@ def make_train_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
   rows of `seq_len` tokens; its i-th batch trains step `first_step + i + 1` (masks are keyed by
   that step). Adaptive masks follow the weights training feeds back, so they are made late
   (`on_mesh`)."""
-  spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
-               seq_len=seq_len, seed=seed, shuffle=True)
+  spec = _spec(data, tokenized(source, tok, masker.settings.annotator()), masker, word_start,
+               batch_size=batch_size, seq_len=seq_len, seed=seed, shuffle=True)
   return ShardedIterator(spec, Masking(spec, masker, first_step), data.worker_count,
                          masks_late="adaptive" in masker.settings.in_use())
 
@@ -233,6 +245,7 @@ def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
   Built in this process: a few batches do not pay for starting workers.
   """
-  spec = _spec(data, _tokenized(source, tok), masker, word_start, batch_size=batch_size,
-               seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET, shuffle=False)
+  spec = _spec(data, tokenized(source, tok, masker.settings.annotator()), masker, word_start,
+               batch_size=batch_size, seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET,
+               shuffle=False)
   return itertools.islice(ShardedIterator(spec, Masking(spec, masker, 0)), num_batches)

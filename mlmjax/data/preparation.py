@@ -4,8 +4,10 @@ writes and reads its manifest). `python -m mlmjax.prepare` is the command.
 What the output depends on is the `Plan`, made once from the settings a run will train with: the
 tokenizer (`tokenizer.path`, else one trained on an even sample of the training split with
 `tokenizer.*`), the held-out split (`data.eval_every_nth_document`), document cutting
-(`data.max_document_chars`), the text field (`data.text_field`) and the token count sample
-(`masking.stats_max_documents`). Prepared with the config you train with, the folder gives
+(`data.max_document_chars`), the text field (`data.text_field`), the token count sample
+(`masking.stats_max_documents`) and, when the masking strategy reads word annotations, the
+spaCy pipeline (`masking.nlp_pipeline`: annotation.py), run here once so that training pays
+nothing for it. Prepared with the config you train with, the folder gives
 exactly the batches the text gives.
 
 Work and memory. The unit of work is one output file (documents f, f + F, ... of a split):
@@ -40,14 +42,18 @@ import tqdm
 
 from mlmjax import errors
 from mlmjax import paths
+from mlmjax.data import annotation
 from mlmjax.data import documents
 from mlmjax.data import prepared
+from mlmjax.data import sentences as sentences_lib
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats
+from mlmjax.data.masking.settings import Settings as MaskingSettings
 from mlmjax.data.settings import InputSettings, TokenizerSettings
 
 _PROGRESS_EVERY = 64  # documents between progress updates from a worker
+_NLP_BATCH = 64  # documents spaCy parses at a time
 _STATE = ".prepare"  # OUT/.prepare/: the plan and one record per finished file
 _POLL_S = 5.0  # how often a host other than 0 looks for the tokenizer
 HOST_WAIT_S = 3600.0  # how long it looks before it gives up: host 0 may train a tokenizer
@@ -64,14 +70,20 @@ class Plan:
   stats_max_documents: int
   num_files: int
   tokenizer: TokenizerSettings  # the path of a model to use, or how to train one
+  nlp_pipeline: str  # the spaCy pipeline that annotates words (annotation.py); '' = none
 
   @classmethod
-  def of(cls, data: InputSettings, tokenizer: TokenizerSettings, stats_max_documents: int,
+  def of(cls, data: InputSettings, tokenizer: TokenizerSettings, masking: MaskingSettings,
          source: str, num_files: int) -> "Plan":
     """The plan of preparing `source` into `num_files` files per split for a run with these
-    settings (masking.stats_max_documents: `stats_max_documents`)."""
+    settings: masking's token count sample, and word annotations if its strategy reads them
+    (all of them: any annotating strategy can then train from the folder)."""
     return cls(source, data.text_field, data.eval_every_nth_document, data.max_document_chars,
-               stats_max_documents, num_files, tokenizer)
+               masking.stats_max_documents, num_files, tokenizer,
+               masking.nlp_pipeline if masking.annotates() else "")
+
+  def annotator(self) -> annotation.Annotator | None:
+    return annotation.Annotator(self.nlp_pipeline) if self.nlp_pipeline else None
 
   def to_json(self) -> str:
     return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
@@ -84,6 +96,7 @@ class _FileWriter:
 
   splits: dict[str, sources.TextSource]
   tok: tokenizer_lib.Tokenizer
+  annotator: annotation.Annotator | None
   out: str
   num_files: int
   dtype: str
@@ -103,8 +116,7 @@ class _FileWriter:
     writer = array_record_module.ArrayRecordWriter(tmp, prepared.WRITER_OPTIONS)
     pending_docs = pending_tokens = 0
     try:
-      for i in range(f, len(docs), self.num_files):
-        sentences = documents.tokenize(self.tok, docs[i])
+      for sentences in self._tokenized(docs, range(f, len(docs), self.num_files)):
         writer.write(prepared.encode_record(sentences, self.dtype))
         n_tokens = sum(len(s) for s in sentences)
         counts["documents"] += 1
@@ -128,6 +140,18 @@ class _FileWriter:
       os.replace(tmp, os.path.join(out, name))
     paths.write_atomic(_done_path(out, split, f, self.num_files), json.dumps(counts))
     return split, counts
+
+  def _tokenized(self, docs, indices):
+    """The documents' sentences, tokenized (documents.py); annotated by spaCy's batched
+    `nlp.pipe` when there is an annotator."""
+    if self.annotator is None:
+      yield from (documents.tokenize(self.tok, docs[i]) for i in indices)
+      return
+    split = (sentences_lib.split_sentences(docs[i]) for i in indices)
+    pairs = ((self.annotator.text(s), s) for s in split)
+    for doc, sentences in self.annotator.nlp.pipe(pairs, as_tuples=True,
+                                                  batch_size=_NLP_BATCH):
+      yield documents.annotated(self.tok, self.annotator, sentences, doc)
 
   def _report(self, docs: int, tokens: int) -> None:
     for counter, n in ((self.progress, docs), (self.tokens, tokens)):
@@ -154,8 +178,8 @@ def _done_path(out: str, split: str, f: int, num_files: int) -> str:
   return paths.join(out, _STATE, prepared.file_name(split, f, num_files) + ".json")
 
 
-def _tokenize(splits: dict, tok, out: str, num_files: int, workers: int, tasks: list,
-              total: int, done_docs: int) -> None:
+def _tokenize(splits: dict, tok, annotator, out: str, num_files: int, workers: int,
+              tasks: list, total: int, done_docs: int) -> None:
   """Writes the files of `tasks`, showing documents, tokens/s and the ETA."""
   ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited threads
   progress, tokens = ctx.Value("q", done_docs), ctx.Value("q", 0)
@@ -170,12 +194,12 @@ def _tokenize(splits: dict, tok, out: str, num_files: int, workers: int, tasks: 
   with tqdm.tqdm(total=total, initial=done_docs, unit=" documents", desc="Tokenizing",
                  smoothing=0.1) as bar:
     if workers == 0:
-      write = _FileWriter(splits, tok, out, num_files, dtype, progress, tokens)
+      write = _FileWriter(splits, tok, annotator, out, num_files, dtype, progress, tokens)
       for task in tasks:
         write(task)
         update(bar)
     else:
-      fields = (splits, tok.to_bytes(), out, num_files, dtype, progress, tokens)
+      fields = (splits, tok.to_bytes(), annotator, out, num_files, dtype, progress, tokens)
       with ctx.Pool(workers, _start_worker, fields) as pool:
         pending = pool.map_async(_write_in_worker, tasks, chunksize=1)
         while not pending.ready():
@@ -259,7 +283,11 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
   if len(todo) < len(mine):
     logging.info("Resuming: %d of %d files are done already", len(mine) - len(todo), len(mine))
   if todo:
-    _tokenize(splits, tok, out, num_files, workers, todo, total=docs_of(mine),
+    annotator = plan.annotator()
+    if annotator is not None:
+      annotator.nlp  # pylint: disable=pointless-statement  # a missing pipeline fails here
+      logging.info("Annotating words with spaCy pipeline %r", plan.nlp_pipeline)
+    _tokenize(splits, tok, annotator, out, num_files, workers, todo, total=docs_of(mine),
               done_docs=docs_of(mine) - docs_of(todo))
   return _finish(out, plan, tok, every, start)
 
@@ -277,7 +305,8 @@ def _finish(out: str, plan: Plan, tok, every, start: float) -> dict | None:
   manifest = prepared.write_manifest(
       out, source=plan.source, tok=tok, eval_every_nth_document=plan.eval_every_nth_document,
       max_document_chars=plan.max_document_chars,
-      stats_max_documents=plan.stats_max_documents, num_files=plan.num_files, counts=counts)
+      stats_max_documents=plan.stats_max_documents, num_files=plan.num_files, counts=counts,
+      nlp_pipeline=plan.nlp_pipeline)
   paths.rmtree(paths.join(out, _STATE))
   tokens = sum(c["tokens"] for c in counts.values())
   logging.info("Prepared %s: %s training / %s held-out documents, %s tokens, tokenizer %s (%s"

@@ -17,7 +17,9 @@ reading a document decompresses that document only.
 
 A record is what training needs of a document and no more: int32 n (sentences), n int32
 sentence lengths, then the token ids of all sentences (uint16 when the vocabulary fits, else
-int32). Empty documents are kept (n = 0) so indices match the raw split. Word starts are not
+int32); prepared with word annotations (annotation.py: the syntax and NER-entity masking
+strategies), then each token's features as int16. Empty documents are kept (n = 0) so indices
+match the raw split. Word starts are not
 stored per token: whether a token starts a word is a property of its id (vocab_stats'
 `word_start` and `punctuation` tables, stored once beside the tokenizer) that masking and the
 pair formats look up per batch, as they do for raw text; nothing is recomputed per epoch.
@@ -25,7 +27,7 @@ pair formats look up per batch, as they do for raw text; nothing is recomputed p
 manifest.json: {"format": "mlmjax-prepared", "version", "source", "tokenizer": {"fingerprint",
 "vocab_size"}, "eval_every_nth_document", "max_document_chars", "stats_max_documents",
 "num_files", "id_dtype", "splits": {"train"|"eval": {"documents", "sentences", "tokens",
-"empty_documents"}}}.
+"empty_documents"}}, and with annotations "annotations": {"pipeline", "features"}}.
 
 A run checks it against its own settings, each mismatch refused in one line: the tokenizer
 (`tokenizer.path`, or the tokenizer a resumed workdir already holds) by fingerprint, the
@@ -45,6 +47,7 @@ import grain
 import numpy as np
 
 from mlmjax import paths
+from mlmjax.data import annotation
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
 from mlmjax.errors import DataError
@@ -77,15 +80,29 @@ def id_dtype(vocab_size: int) -> str:
 
 
 def encode_record(sentences: list[np.ndarray], dtype: str) -> bytes:
+  """A document: its sentence count, their lengths, the ids; then, annotated ([n, 1 + F]
+  sentences), the features [tokens, F] as int16."""
   lengths = np.array([len(s) for s in sentences], np.int32)
-  ids = np.concatenate(sentences).astype(dtype) if sentences else np.zeros(0, dtype)
-  return np.int32(len(sentences)).tobytes() + lengths.tobytes() + ids.tobytes()
+  if not sentences:
+    return np.int32(0).tobytes()
+  tokens = np.concatenate(sentences)
+  out = [np.int32(len(sentences)).tobytes(), lengths.tobytes(),
+         annotation.ids_of(tokens).astype(dtype).tobytes()]
+  if tokens.ndim == 2:
+    out.append(np.clip(tokens[:, 1:], -32768, 32767).astype(np.int16).tobytes())
+  return b"".join(out)
 
 
-def decode_record(record: bytes, dtype: str) -> list[np.ndarray]:
+def decode_record(record: bytes, dtype: str, features: int = 0) -> list[np.ndarray]:
+  """encode_record's sentences: [n] ids, or with `features` F, [n, 1 + F]."""
   n = int(np.frombuffer(record, np.int32, count=1)[0])
   lengths = np.frombuffer(record, np.int32, count=n, offset=4)
-  ids = np.frombuffer(record, dtype, offset=4 * (n + 1)).astype(np.int32)
+  total = int(lengths.sum())
+  ids = np.frombuffer(record, dtype, count=total, offset=4 * (n + 1)).astype(np.int32)
+  if features:
+    offset = 4 * (n + 1) + total * np.dtype(dtype).itemsize
+    feats = np.frombuffer(record, np.int16, offset=offset).reshape(total, features)
+    ids = np.concatenate([ids[:, None], feats.astype(np.int32)], axis=1)
   ends = np.cumsum(lengths).tolist()
   return [ids[a:b] for a, b in zip([0] + ends[:-1], ends)]  # views (np.split is ~10x slower)
 
@@ -95,10 +112,15 @@ class PreparedSplit:
   file when it first reads from it; pickles without its open files (grain workers)."""
 
   def __init__(self, directory: str, split: str, num_documents: int, num_files: int,
-               dtype: str):
+               dtype: str, features: int = 0):
     self.directory, self.split = directory, split
     self._len, self._num_files, self._dtype = num_documents, num_files, dtype
+    self._features = features  # word annotations per token (annotation.py), or 0
     self._files: dict[int, grain.sources.ArrayRecordDataSource] = {}
+
+  @property
+  def annotated(self) -> bool:
+    return self._features > 0
 
   def __len__(self) -> int:
     return self._len
@@ -111,7 +133,8 @@ class PreparedSplit:
       paths.use_storage_emulator()  # array_record reads gs:// with its own client
       self._files[f] = grain.sources.ArrayRecordDataSource(
           [paths.join(self.directory, file_name(self.split, f, self._num_files))])
-    return decode_record(self._files[f][index // self._num_files], self._dtype)
+    return decode_record(self._files[f][index // self._num_files], self._dtype,
+                         self._features)
 
   def __getstate__(self):
     return {**self.__dict__, "_files": {}}
@@ -128,8 +151,9 @@ class Prepared:
 
   def split(self, name: str) -> PreparedSplit:
     m = self.manifest
+    features = len(m.get("annotations", {}).get("features", ()))
     return PreparedSplit(self.directory, name, m["splits"][name]["documents"], m["num_files"],
-                         m["id_dtype"])
+                         m["id_dtype"], features)
 
   def check(self, every: int, tokenizer_path: str, num_shards: int) -> None:
     """The run's settings that the data fixed (module docstring): data.eval_every_nth_document
@@ -191,7 +215,8 @@ class Prepared:
 
 def write_manifest(directory: str, *, source: str, tok: tokenizer_lib.Tokenizer,
                    eval_every_nth_document: int, max_document_chars: int,
-                   stats_max_documents: int, num_files: int, counts: dict) -> dict:
+                   stats_max_documents: int, num_files: int, counts: dict,
+                   nlp_pipeline: str = "") -> dict:
   """Writes DIR/manifest.json (the module docstring's fields), the last file of a preparation
   (preparation.py); returns it."""
   manifest = {
@@ -201,6 +226,8 @@ def write_manifest(directory: str, *, source: str, tok: tokenizer_lib.Tokenizer,
       "max_document_chars": max_document_chars, "stats_max_documents": stats_max_documents,
       "num_files": num_files, "id_dtype": id_dtype(tok.vocab_size), "splits": counts,
   }
+  if nlp_pipeline:
+    manifest["annotations"] = {"pipeline": nlp_pipeline, "features": list(annotation.FEATURES)}
   paths.write_atomic(paths.join(directory, MANIFEST), json.dumps(manifest, indent=2))
   return manifest
 

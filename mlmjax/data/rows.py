@@ -8,7 +8,8 @@ that did not fit starts the next round. Only unit lengths matter here, so placin
 `materialize` turns a list of rows (each a list of units) into the arrays the model and the
 masker read, with one concatenation and a few vectorised scatters per batch (no per-row arrays):
 the row arrays of models/batch_schema.py (`ROWS`), with `HOST_ONLY` if `sequence_keys` and
-`PAIR_LABELS` if `pairs`. `segment_ids` number the units of a row 1, 2, ... and `positions`
+`PAIR_LABELS` if `pairs`, and `annotations` when the units carry word features (annotation.py).
+`segment_ids` number the units of a row 1, 2, ... and `positions`
 restart at 0 in each unit, so packing is invisible to the model.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mlmjax.data import annotation
 from mlmjax.models import batch_schema
 
 _DTYPES = {k: dtype for k, (_, dtype) in {**batch_schema.ROWS, **batch_schema.HOST_ONLY,
@@ -78,13 +80,17 @@ def materialize(rows: list[list], seq_len: int, sequence_keys: bool = False,
     return out
 
   pieces = [p for u in units for p in u.pieces]
+  tokens = np.concatenate(pieces) if pieces else np.zeros(0, np.int32)
   batch = {
-      "input_ids": scatter("input_ids", np.concatenate(pieces) if pieces else 0),
+      "input_ids": scatter("input_ids", annotation.ids_of(tokens)),
       "token_type_ids": scatter("token_type_ids",
                                 pos >= np.array([u.type0 for u in units])[unit_of]),
       "segment_ids": scatter("segment_ids", unit_seg[unit_of]),
       "positions": scatter("positions", pos),
   }
+  if tokens.ndim == 2:  # word annotations: [rows, seq_len, F]
+    batch["annotations"] = np.zeros((len(rows), seq_len, tokens.shape[1] - 1), np.int32)
+    batch["annotations"].reshape(-1, tokens.shape[1] - 1)[flat] = tokens[:, 1:]
   if sequence_keys:
     batch["sequence_keys"] = scatter("sequence_keys",
                                      np.array([u.key for u in units], np.int64)[unit_of])

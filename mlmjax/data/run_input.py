@@ -1,7 +1,8 @@
 """A run's input, built in one place for training, evaluation and the benchmark:
 
     data.source -> (train, held-out) documents -> tokenizer (trained once, saved) ->
-    vocab stats (saved) -> gazetteer -> masker -> a training iterator per phase, eval batches
+    vocab stats (saved) -> gazetteer, co-occurrence tables (saved) -> masker -> a training
+    iterator per phase, eval batches
 
 Prepared data (`prepared:DIR`) brings its split, tokenizer and stats; they are copied into the
 workdir as a raw source's would be made there.
@@ -17,6 +18,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from mlmjax.data import annotation
 from mlmjax.data import masking
 from mlmjax.data import mixture as mixture_lib
 from mlmjax.data import pipeline
@@ -24,6 +26,7 @@ from mlmjax.data import prepared
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.settings import InputSettings, TokenizerSettings
 from mlmjax.errors import ConfigError, DataError
@@ -63,6 +66,7 @@ class RunInput:
   masking: masking.Settings
   held_out: HeldOut
   span_boundaries: bool  # the masker also says where each masked unit begins and ends (SBO)
+  cooccurrence: cooccurrence_lib.Cooccurrence | None = None  # semantic, contextual masking
 
   def masker(self, max_predictions: int, mask_rate: float | None = None,
              token_weights: Callable[[int], np.ndarray | None] | None = None,
@@ -73,7 +77,8 @@ class RunInput:
         self.masking, max_predictions_per_seq=max_predictions,
         mask_rate=self.masking.mask_rate if mask_rate is None else mask_rate)
     return masking.Masker(settings, self.stats, self.gazetteer, token_weights,
-                          span_boundaries=self.span_boundaries, mask_rates=mask_rates)
+                          span_boundaries=self.span_boundaries, mask_rates=mask_rates,
+                          cooccurrence=self.cooccurrence)
 
   def train_iter(self, shape: Shape, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None,
@@ -133,9 +138,12 @@ def held_out_input(data: InputSettings, masking_settings: masking.Settings, held
     _, eval_source = sources.load_splits(data.source, data.eval_every_nth_document,
                                          data.max_document_chars, data.text_field)
   tok = tokenizer_lib.load(tokenizer_path)
+  cooccurrence = None
+  if masking_settings.counts_cooccurrence():
+    cooccurrence = cooccurrence_lib.load(cooccurrence_lib.path_beside(stats_path))
   return RunInput(None, eval_source, tok, vocab_stats_lib.load(stats_path),
                   _gazetteer(masking_settings, tok), data, masking_settings, held_out,
-                  span_boundaries)
+                  span_boundaries, cooccurrence)
 
 
 def _gazetteer(masking_settings: masking.Settings, tok) -> entities.Gazetteer | None:
@@ -184,6 +192,9 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
   these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made (or, for prepared
   data, copied from it) and saved there."""
+  annotator = masking_settings.annotator()
+  if annotator is not None:  # a missing spaCy pipeline fails here, in one line, not in a worker
+    annotation.load_pipeline(annotator.pipeline, annotator.parse, annotator.ner)
   if data.sources:
     train_source, eval_source, is_prepared, tokenizer_and_stats = _mixture(
         data, tokenizer, masking_settings, tokenizer_paths, stats_path)
@@ -213,5 +224,11 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
                     " once (python -m mlmjax.prepare) to gain from workers",
                     data.worker_count, data.worker_count)
   tok, stats = _process_0_first(tokenizer_and_stats)
+  cooccurrence = None
+  if masking_settings.counts_cooccurrence():
+    cooccurrence = _process_0_first(lambda: cooccurrence_lib.get(
+        pipeline.tokenized(train_source, tok), stats, cooccurrence_lib.path_beside(stats_path),
+        masking_settings.stats_max_documents, masking_settings.pmi_ngrams,
+        masking_settings.pmi_min_count))
   return RunInput(train_source, eval_source, tok, stats, _gazetteer(masking_settings, tok), data,
-                  masking_settings, held_out, span_boundaries)
+                  masking_settings, held_out, span_boundaries, cooccurrence)

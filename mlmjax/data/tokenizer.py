@@ -55,6 +55,18 @@ class Tokenizer:
     """Batched encode (sentencepiece's fast path)."""
     return self.sp.encode(texts)
 
+  def encode_offsets(self, texts: list[str]) -> list[tuple[list[int], np.ndarray, np.ndarray]]:
+    """encode, with each piece's [start, end) in characters of its text (annotation.py)."""
+    out = []
+    for text, proto in zip(texts, self.sp.encode(texts, return_type="proto")):
+      # sentencepiece counts bytes of UTF-8: map them to characters.
+      char_at = np.repeat(np.arange(len(text) + 1),
+                          [len(c.encode()) for c in text] + [1])
+      pieces = proto.pieces
+      out.append(([p.id for p in pieces], char_at[[p.begin for p in pieces]],
+                  char_at[[p.end for p in pieces]]))
+    return out
+
   def id_to_piece(self, i: int) -> str:
     return self.sp.id_to_piece(int(i))
 

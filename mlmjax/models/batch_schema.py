@@ -22,10 +22,13 @@ B rows, T tokens a row (data.seq_len), P prediction slots a row (masking.max_pre
   masked_span_right   [B, P] int32    the position just after it,
   masked_span_offset  [B, P] int32    and the slot's place in the unit
 
-Two more row arrays exist on the host only, for static masking, and never reach the device:
+Three more row arrays exist on the host only, for the masker, and never reach the device:
 
-  sequence_keys       [B, T] int64    each token's packed sequence: (document << 32) + chunk + 1
-  epochs              [B, T] int32    its document's epoch key
+  sequence_keys       [B, T] int64    static masking: each token's packed sequence,
+                                      (document << 32) + chunk + 1
+  epochs              [B, T] int32    static masking: its document's epoch key
+  annotations         [B, T, F] int32 word features (data/annotation.py), when a strategy
+                                      reads them (syntax, entity from NER)
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ PREDICTIONS = {"masked_positions": ("BP", _INT), "masked_ids": ("BP", _INT),
 PAIR_LABELS = {"nsp_labels": ("B", _INT)}
 SPAN_BOUNDARIES = {k: ("BP", _INT)
                    for k in ("masked_span_left", "masked_span_right", "masked_span_offset")}
-HOST_ONLY = {"sequence_keys": ("BT", _INT64), "epochs": ("BT", _INT)}
+HOST_ONLY = {"sequence_keys": ("BT", _INT64), "epochs": ("BT", _INT),
+             "annotations": ("BTF", _INT)}
 
 
 def fields(pairs: bool, span_boundaries: bool) -> dict[str, tuple[str, np.dtype]]:

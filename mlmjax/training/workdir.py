@@ -6,6 +6,8 @@
       tokenizer.model      the sentencepiece model (trained or copied), or
       tokenizer_hf/        a Hugging Face tokenizer's files (runs started from such a model)
       tokenizer_stats.npz  per-piece tables (word starts, capitals, corpus counts) for masking
+      tokenizer_stats_cooccurrence.npz  word n-grams and pairs (semantic, contextual masking;
+                           its name follows the stats file's: masking/cooccurrence.py)
       checkpoints/N/       orbax: state (params + optimizer + step), data (every shard's grain
                            position, JSON), host (the train loop's own state and that of its
                            participants, e.g. adaptive masking's loss table)

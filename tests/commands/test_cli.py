@@ -87,7 +87,7 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1] == (
       "error: masking.strategy='spam' is not one of random, whole_word, span, entity,"
-      " frequency, adaptive, mixture, static")
+      " frequency, adaptive, syntax, semantic, contextual, mixture, static")
   assert "Traceback" not in proc.stderr
 
 

@@ -3,9 +3,12 @@ corpus made by the real row builder, once per session."""
 
 import pytest
 
-from masking_cases import PHRASES, _rows, _words
+from masking_cases import NLP, PHRASES, _rows, _words
+from mlmjax.data import annotation
+from mlmjax.data import pipeline
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.data import vocab_stats
+from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import entities
 
 @pytest.fixture(scope="session")
@@ -20,8 +23,16 @@ def stats(tok, corpus):
 
 @pytest.fixture(scope="session")
 def packed(tok, corpus):
-  """Packed rows of several verse-long sequences (many boundaries)."""
-  return _rows(tok, [v for d in corpus[0][100:400] for v in d.split("\n")])
+  """Packed rows of several verse-long sequences (many boundaries), their words annotated by
+  spaCy (the 1,000 verses that fill them: annotating is the slow part)."""
+  verses = [v for d in corpus[0][100:400] for v in d.split("\n")][:1000]
+  return _rows(tok, verses, annotator=annotation.Annotator(NLP))
+
+
+@pytest.fixture(scope="session")
+def cooc(tok, stats, corpus):
+  """The word co-occurrence tables (semantic, contextual) of 200 documents of the corpus."""
+  return cooccurrence.compute(pipeline.tokenized(corpus[0], tok), stats, 200, 2000, 3)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ import re
 import numpy as np
 import pytest
 
+from mlmjax.data import annotation
 from mlmjax.data import masking
 from mlmjax.data.masking import entities
 from mlmjax.models import special_ids
@@ -50,7 +51,7 @@ def test_mixture_proportions_and_components(stats, packed):
   assert np.all(np.abs(counts / n - p) < 5 * np.sqrt(p * (1 - p) / n)), (counts / n, p)
 
 
-def test_mixture_of_every_other_strategy(tok, stats, packed):
+def test_mixture_of_every_other_strategy(tok, stats, packed, cooc):
   """Every base and composite strategy can be a component: the mixture draws each one about
   equally often, and a row drawn for a component is masked exactly as that strategy alone
   masks it, at that strategy's budget."""
@@ -59,7 +60,7 @@ def test_mixture_of_every_other_strategy(tok, stats, packed):
   table[::2] = 0.0  # adaptive with a table (never even ids): not the same masks as `random`
   # Entities in every row (else `entity` masks a row exactly as `random` does).
   gazetteer = entities.Gazetteer([np.asarray(x, np.int32) for x in tok.encode(["and", "of"])])
-  kw = dict(token_weights=lambda step: table)
+  kw = dict(token_weights=lambda step: table, cooccurrence=cooc)
   m = _masker(stats, gazetteer, strategy="mixture", mixture=",".join(f"{s}=1" for s in names),
               **kw)
   ex = np.arange(ROWS)
@@ -170,8 +171,9 @@ def test_static_needs_its_batch_keys(stats):
 
 
 @pytest.mark.parametrize("static_strategy", masking.STATIC_BASES)
-def test_static_with_every_base_strategy(static_strategy, stats, packed, words, gazetteer):
-  m = _masker(stats, gazetteer, strategy="static", static_strategy=static_strategy)
+def test_static_with_every_base_strategy(static_strategy, stats, packed, words, gazetteer, cooc):
+  m = _masker(stats, gazetteer, strategy="static", static_strategy=static_strategy,
+              cooccurrence=cooc)
   out = m(packed, seed=0, step=0, example_ids=np.arange(ROWS))
   sel = _selected(out, words.shape)
   assert np.all(out["masked_weights"].sum(1) <= P) and np.all(packed["input_ids"][sel] >= NS)
@@ -200,7 +202,7 @@ def test_truncation_warning_once(stats, long_rows, caplog):
 
 
 @pytest.mark.parametrize("strategy", ALL)
-def test_degenerate_rows(strategy, stats, gazetteer):
+def test_degenerate_rows(strategy, stats, gazetteer, cooc):
   """Empty rows, rows of one token, rows of only [UNK], rows shorter than P."""
   ids = np.zeros((4, 6), np.int32)
   ids[1, :3] = [special_ids.CLS_ID, 42, special_ids.SEP_ID]
@@ -209,8 +211,10 @@ def test_degenerate_rows(strategy, stats, gazetteer):
   seg = (ids > 0).astype(np.int32)
   batch = {"input_ids": ids, "segment_ids": seg, "positions": np.cumsum(seg, 1) - 1,
            "sequence_keys": seg.astype(np.uint64) * np.arange(4, dtype=np.uint64)[:, None],
-           "epochs": np.zeros_like(ids)}
-  m = _masker(stats, gazetteer, strategy=strategy)
+           "epochs": np.zeros_like(ids),
+           "annotations": np.zeros(ids.shape + (len(annotation.FEATURES),), np.int32)}
+  batch["annotations"][..., annotation.WORD] = seg  # each token a word
+  m = _masker(stats, gazetteer, strategy=strategy, cooccurrence=cooc)
   for b in (batch, {k: v[:1] for k, v in batch.items()}):  # also: a batch of padding only
     out = m(b, seed=0, step=0, example_ids=np.arange(len(b["input_ids"])))
     assert out["masked_positions"].shape == (len(b["input_ids"]), P)

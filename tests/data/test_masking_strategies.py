@@ -27,8 +27,8 @@ from masking_cases import (ALL, LEN, NS, P, PHRASES, ROWS, _assert_all_or_nothin
 # ------------------------------------------------------------------------------------ all strategies
 
 @pytest.mark.parametrize("strategy", ALL)
-def test_invariants_and_determinism(strategy, stats, packed, gazetteer):
-  m = _masker(stats, gazetteer, strategy=strategy)
+def test_invariants_and_determinism(strategy, stats, packed, gazetteer, cooc):
+  m = _masker(stats, gazetteer, strategy=strategy, cooccurrence=cooc)
   ids = packed["input_ids"]
   ex = np.arange(ROWS) + 1000
   budget = _budget(packed)
@@ -69,9 +69,10 @@ def test_invariants_and_determinism(strategy, stats, packed, gazetteer):
 
 
 @pytest.mark.parametrize("strategy", ["random", "whole_word", "entity", "frequency", "static",
-                                      "mixture", "adaptive"])
-def test_replacement_split_80_10_10(strategy, stats, packed, gazetteer):
-  m = _masker(stats, gazetteer, strategy=strategy)
+                                      "mixture", "adaptive", "syntax", "semantic",
+                                      "contextual"])
+def test_replacement_split_80_10_10(strategy, stats, packed, gazetteer, cooc):
+  m = _masker(stats, gazetteer, strategy=strategy, cooccurrence=cooc)
   counts = np.zeros(3)
   for i in range(10):  # static masks repeat per step: vary the epoch instead
     b = dict(packed, epochs=np.full_like(packed["epochs"], i))

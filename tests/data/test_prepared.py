@@ -14,7 +14,9 @@ import pytest
 
 from configs import tiny
 from conftest import REPO, assert_same_arrays, base_shape, build_input, prepare, saved_state, train_iter, user_env
+from masking_cases import NLP
 from mlmjax import errors
+from mlmjax.data import annotation
 from mlmjax.data import formats
 from mlmjax.data import pipeline
 from mlmjax.data import prepared
@@ -162,3 +164,37 @@ def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro
   rows = [json.loads(line) for line in open(os.path.join(split, "metrics.jsonl"))]
   waits = [r["input_wait_fraction"] for r in rows if "input_wait_fraction" in r]
   assert len(waits) == 4 and all(0 <= w <= 1 for w in waits)
+
+
+@pytest.mark.slow
+def test_words_annotated_once_by_prepare_give_the_batches_of_annotating_the_text(
+    micro_config, tmp_path, corpus):
+  """With a strategy that reads spaCy's annotations, prepare stores them (parsed with
+  nlp.pipe) and training from the folder gets the batches that annotating the text as it is
+  read gives; a folder prepared without them is refused in one line."""
+  source = str(tmp_path / "chapters.jsonl")
+  with open(source, "w", encoding="utf-8") as f:
+    f.writelines(json.dumps({"text": d}) + "\n" for d in corpus[0][:30])
+  config = _config(micro_config, source)
+  config.data.eval_every_nth_document = 10
+  config.masking.strategy = "syntax"
+  config.masking.nlp_pipeline = NLP
+  manifest = prepare(config, source, str(tmp_path / "annotated"), num_files=2)
+  assert manifest["annotations"] == {"pipeline": NLP, "features": list(annotation.FEATURES)}
+  raw = _batches(config, tmp_path, "raw", train_batches=2)
+  from_prepared = _batches(_config(config, f"prepared:{tmp_path / 'annotated'}"), tmp_path,
+                           "prepared", train_batches=2)
+  for a, b in zip(raw, from_prepared):
+    assert_same_arrays(a, b)
+  plain = config.copy_and_resolve_references()
+  plain.masking.strategy = "random"
+  prepare(plain, source, str(tmp_path / "plain"), num_files=2)
+  run = workdir_lib.Workdir(str(tmp_path / "refused"))
+  os.makedirs(run.path)
+  with pytest.raises(errors.DataError) as e:
+    build_input(_config(config, f"prepared:{tmp_path / 'plain'}"), run.tokenizers,
+                run.vocab_stats).train_iter(base_shape(config))
+  assert str(e.value) == (
+      f"PreparedSplit({str(tmp_path / 'plain')!r}, 'train', 27 documents) was prepared without"
+      " word annotations, which this masking needs (syntax, or entity with entity_ner):"
+      " prepare it again with this run's config")

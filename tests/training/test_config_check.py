@@ -17,7 +17,7 @@ def _config(**masking):
 
 @pytest.mark.parametrize("overrides,message", [
     (dict(strategy="bert"), "masking.strategy='bert' is not one of random, whole_word, span,"
-     " entity, frequency, adaptive, mixture, static"),
+     " entity, frequency, adaptive, syntax, semantic, contextual, mixture, static"),
     (dict(mask_rate=1.0), "masking.mask_rate=1.0 must be strictly between 0 and 1"),
     (dict(replacement="zipf"), "masking.replacement='zipf' is not one of uniform, unigram"),
     (dict(strategy="mixture", mixture=""), "masking.strategy='mixture' needs masking.mixture,"
@@ -25,9 +25,11 @@ def _config(**masking):
     (dict(strategy="mixture", mixture="random=0.5,span"), "masking.mixture item 'span' is not"
      " strategy=weight, e.g. 'random=0.5,span=0.3,whole_word=0.2'"),
     (dict(strategy="mixture", mixture="random=1,mixture=1"), "masking.mixture: 'mixture' is"
-     " not one of random, whole_word, span, entity, frequency, adaptive, static"),
+     " not one of random, whole_word, span, entity, frequency, adaptive, syntax, semantic,"
+     " contextual, static"),
     (dict(strategy="mixture", mixture="random=1,spam=1"), "masking.mixture: 'spam' is not one"
-     " of random, whole_word, span, entity, frequency, adaptive, static"),
+     " of random, whole_word, span, entity, frequency, adaptive, syntax, semantic, contextual,"
+     " static"),
     (dict(strategy="mixture", mixture="random=1,span=-1"), "masking.mixture: the weight of"
      " 'span' must be a positive number, got '-1'"),
     (dict(strategy="mixture", mixture="random=1,span=x"), "masking.mixture: the weight of"
@@ -40,9 +42,29 @@ def _config(**masking):
      " >= 0 (0: uniform, 1: inverse frequency)"),
     (dict(strategy="static", dupe_factor=0), "masking.dupe_factor=0 must be >= 1"),
     (dict(strategy="static", static_strategy="mixture"), "masking.static_strategy='mixture' is"
-     " not one of random, whole_word, span, entity, frequency"),
+     " not one of random, whole_word, span, entity, frequency, syntax, semantic, contextual"),
     (dict(strategy="entity", entity_heuristic=False), "masking.strategy 'entity' needs"
-     " masking.entity_heuristic=True or a masking.entity_gazetteer file (one phrase per line)"),
+     " masking.entity_ner=True, masking.entity_heuristic=True or a masking.entity_gazetteer"
+     " file (one phrase per line)"),
+    (dict(strategy="entity", entity_ner=True, entity_labels="PERSON,NAMES"),
+     "masking.entity_labels: 'NAMES' is not one of PERSON, NORP, FAC, ORG, GPE, LOC, PRODUCT,"
+     " EVENT, WORK_OF_ART, LAW, LANGUAGE, DATE, TIME, PERCENT, MONEY, QUANTITY, ORDINAL,"
+     " CARDINAL, PER, MISC"),
+    (dict(strategy="syntax", syntax_unit="clause"), "masking.syntax_unit='clause' is not one"
+     " of word, noun_chunk, subtree"),
+    (dict(strategy="syntax", syntax_weights="NOUN=3,VERB"), "masking.syntax_weights item"
+     " 'VERB' is not TAG=weight with a weight >= 0, e.g. 'NOUN=3,VERB=2,ROOT=2'"),
+    (dict(strategy="syntax", syntax_weights="NOUNS=3"), "masking.syntax_weights: 'NOUNS' is"
+     " neither a universal POS tag (ADJ, ADP, ADV, AUX, CCONJ, DET, INTJ, NOUN, NUM, PART,"
+     " PRON, PROPN, PUNCT, SCONJ, SYM, VERB, X) nor a dependency relation"),
+    (dict(strategy="syntax", syntax_unit="subtree", phrase_max_words=0),
+     "masking.phrase_max_words=0 must be >= 1"),
+    (dict(strategy="semantic", pmi_ngrams=0), "masking.pmi_ngrams=0 and"
+     " masking.pmi_min_count=5 must be >= 1"),
+    (dict(strategy="contextual", stats_max_documents=0), "masking.strategy 'semantic' and"
+     " 'contextual' count word co-occurrences: set masking.stats_max_documents > 0"),
+    (dict(strategy="contextual", contextual_temperature=0.0),
+     "masking.contextual_temperature=0.0 must be > 0"),
     (dict(strategy="entity", entity_gazetteer="no/such/names.txt"),
      "masking.entity_gazetteer: 'no/such/names.txt' does not exist"),
     (dict(strategy="adaptive", adaptive_every_steps=0), "masking.adaptive_every_steps=0 must"

@@ -4,6 +4,9 @@
   uniforms.py    counter-based random numbers (every draw is a hash of its coordinates)
   units.py       the per-row budget, words and whole-unit selection under it
   spans.py       SpanBERT spans;  entities.py  gazetteer and capitalised-run entities
+  syntax.py      units and weights from spaCy's annotations (syntax), recognised entities
+  cooccurrence.py  word n-gram and pair statistics (semantic: PMI-Masking, contextual:
+                 InforMask)
   strategies.py  the base strategies, one selection function each, in one table
   masker.py      mixture, static, the 80/10/10 replacement: what the pipeline calls
   settings.py    the masking.* keys typed and checked, the mixture spec

@@ -30,6 +30,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as settings_lib
@@ -55,18 +56,20 @@ class Masker:
                gazetteer: entities.Gazetteer | None = None,
                token_weights: Callable[[int], np.ndarray | None] | None = None,
                span_boundaries: bool = False,
-               mask_rates: rate_schedule.RateSchedule | None = None):
+               mask_rates: rate_schedule.RateSchedule | None = None,
+               cooccurrence: cooccurrence_lib.Cooccurrence | None = None):
     """`settings`: the masking.* keys (settings.py).
     `token_weights(step)`: adaptive masking's weight table in force at that step.
     `span_boundaries`: also say where each masked slot's unit (span, word, entity, or the
     token itself) begins and ends, for SpanBERT's span-boundary objective.
     `mask_rates`: the rate as a function of the step (masking.mask_rate_schedule); None:
-    masking.mask_rate at every step. Static masks are fixed, so they keep masking.mask_rate."""
+    masking.mask_rate at every step. Static masks are fixed, so they keep masking.mask_rate.
+    `cooccurrence`: the word statistics of `semantic` and `contextual` (cooccurrence.py)."""
     self.settings = settings
     self.mask_rates = mask_rates
     self.span_boundaries = span_boundaries
     self._ctx = strategies.Context(self.settings, stats, gazetteer,
-                                   token_weights or strategies.no_weights)
+                                   token_weights or strategies.no_weights, cooccurrence)
     self._vocab_size = stats.vocab_size
     tail = np.cumsum(np.asarray(stats.counts, np.float64)[NS:])
     self._unigram_cdf = tail if tail[-1] > 0 else None
@@ -114,7 +117,8 @@ class Masker:
     seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
     rate = self.settings.mask_rate if self.mask_rates is None else self.mask_rates.at(step)
     rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids), rate,
-                                self.settings.max_predictions_per_seq)
+                                self.settings.max_predictions_per_seq,
+                                batch.get("annotations"))
     sel = strategies.SELECTORS[strategy](rows, self._ctx)
     return sel.selected, self._replace(rows, sel), sel.head_col, rows.want
 
@@ -143,9 +147,14 @@ class Masker:
     keys[inv] = np.asarray(batch["sequence_keys"])[tok].astype(np.uint64)
     dupes = np.zeros(nv, np.int64)
     dupes[inv] = np.asarray(batch["epochs"])[tok].astype(np.int64) % s.dupe_factor
+    vann = None
+    if "annotations" in batch:
+      ann = np.asarray(batch["annotations"])
+      vann = np.zeros((nv, length, ann.shape[-1]), ann.dtype)
+      vann[inv, vpos] = ann[tok]
     vrows = strategies.Rows.make(vids, vseg, uniforms.Draws(seed, sequence_keys=keys,
                                                             dupes=dupes),
-                                 s.mask_rate, s.max_predictions_per_seq)
+                                 s.mask_rate, s.max_predictions_per_seq, vann)
     if nv == 0:  # a batch of padding only
       return (np.zeros(ids.shape, bool), ids.copy(), np.zeros(ids.shape, np.int64),
               np.zeros(num_rows, np.int64))

@@ -11,8 +11,10 @@ import dataclasses
 import numpy as np
 
 from mlmjax import typed_settings
+from mlmjax.data import annotation
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import strategies
+from mlmjax.data.masking import syntax
 from mlmjax.errors import ConfigError
 
 MIXTURE_EXAMPLE = "e.g. 'random=0.5,span=0.3,whole_word=0.2'"
@@ -63,6 +65,15 @@ class Settings(typed_settings.Section):
   span_max_words: int
   entity_gazetteer: str
   entity_heuristic: bool
+  entity_ner: bool
+  entity_labels: str
+  nlp_pipeline: str
+  syntax_unit: str
+  phrase_max_words: int
+  syntax_weights: str
+  pmi_ngrams: int
+  pmi_min_count: int
+  contextual_temperature: float
   frequency_alpha: float
   mixture: str
   dupe_factor: int
@@ -125,9 +136,45 @@ class Settings(typed_settings.Section):
       if needs_counts and self.stats_max_documents == 0:
         raise ConfigError(f"masking.{what} needs token counts: set"
                           " masking.stats_max_documents > 0")
-    if "entity" in used and not self.entity_heuristic and not self.entity_gazetteer:
-      raise ConfigError("masking.strategy 'entity' needs masking.entity_heuristic=True or a"
-                        " masking.entity_gazetteer file (one phrase per line)")
+    if "entity" in used and not (self.entity_heuristic or self.entity_gazetteer
+                                 or self.entity_ner):
+      raise ConfigError("masking.strategy 'entity' needs masking.entity_ner=True,"
+                        " masking.entity_heuristic=True or a masking.entity_gazetteer file (one"
+                        " phrase per line)")
+    if "entity" in used:
+      syntax.parse_labels(self.entity_labels)
+    if "syntax" in used:
+      typed_settings.one_of("masking.syntax_unit", self.syntax_unit, syntax.UNITS)
+      syntax.parse_weights(self.syntax_weights)
+      if self.phrase_max_words < 1:
+        raise ConfigError(f"masking.phrase_max_words={self.phrase_max_words} must be >= 1")
+    if used & set(strategies.NEEDS_COOCCURRENCE):
+      if self.pmi_ngrams < 1 or self.pmi_min_count < 1:
+        raise ConfigError(f"masking.pmi_ngrams={self.pmi_ngrams} and masking.pmi_min_count="
+                          f"{self.pmi_min_count} must be >= 1")
+      if self.stats_max_documents == 0:
+        raise ConfigError("masking.strategy 'semantic' and 'contextual' count word"
+                          " co-occurrences: set masking.stats_max_documents > 0")
+    if "contextual" in used and not (np.isfinite(self.contextual_temperature)
+                                     and self.contextual_temperature > 0):
+      raise ConfigError(f"masking.contextual_temperature={self.contextual_temperature} must be"
+                        " > 0")
+
+  def annotates(self) -> bool:
+    """Whether the input carries spaCy's word annotations (data/annotation.py)."""
+    used = self.in_use()
+    return bool(used & set(strategies.NEEDS_ANNOTATIONS)) or (
+        "entity" in used and self.entity_ner)
+
+  def annotator(self) -> annotation.Annotator | None:
+    """The word annotator the input needs (None: none), with only the parts it needs."""
+    if not self.annotates():
+      return None
+    return annotation.Annotator(self.nlp_pipeline, parse="syntax" in self.in_use(),
+                                ner="entity" in self.in_use() and self.entity_ner)
+
+  def counts_cooccurrence(self) -> bool:
+    return bool(self.in_use() & set(strategies.NEEDS_COOCCURRENCE))
 
   def in_use(self) -> set[str]:
     """The strategy and, for mixture/static, the ones it draws on."""

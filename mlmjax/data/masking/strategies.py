@@ -11,9 +11,15 @@ it when no remaining unit fits (BERT's whole-word rule).
   whole_word  words (units.py) in random order; a word is taken whole if it fits in what is
               left of the budget, else skipped (BERT's whole-word masking).
   span        SpanBERT (spans.py); one 80/10/10 decision per span.
-  entity      ERNIE-style (entities.py): entity spans taken whole in random order while they
-              fit, then the budget filled with single tokens outside entities, so an entity is
-              masked completely or not at all.
+  entity      ERNIE-style: entity spans taken whole in random order while they fit, then the
+              budget filled with single tokens outside entities, so an entity is masked
+              completely or not at all. Entities from a named-entity recogniser
+              (masking.entity_ner; syntax.py), a gazetteer and/or a heuristic (entities.py).
+  syntax      syntax-aware: whole words, noun chunks or small dependency subtrees, weighted by
+              POS and dependency relation (syntax.py).
+  semantic    PMI-Masking: correlated word n-grams as units (cooccurrence.py).
+  contextual  InforMask: the words most informative in their context, most often
+              (cooccurrence.py).
   frequency   weighted sampling without replacement, weight count**(-frequency_alpha)
               (counts from vocab_stats; unseen tokens count as 1). The first pick is
               proportional to the weight, each next one among the rest (Efraimidis-Spirakis).
@@ -34,9 +40,11 @@ from typing import Callable
 import numpy as np
 
 from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import settings as settings_lib
 from mlmjax.data.masking import spans
+from mlmjax.data.masking import syntax
 from mlmjax.data.masking import uniforms
 from mlmjax.data.masking import units
 from mlmjax.models import special_ids
@@ -52,12 +60,19 @@ class Rows:
   maskable: np.ndarray  # [R, T] bool
   budget: np.ndarray    # [R] predictions to make
   want: np.ndarray      # [R] the budget before the max_predictions cap
+  annotations: np.ndarray | None = None  # [R, T, F] word features (data/annotation.py)
 
   @classmethod
-  def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int) -> "Rows":
+  def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int,
+           annotations: np.ndarray | None = None) -> "Rows":
     maskable = (ids >= special_ids.NUM_SPECIAL) & (seg > 0)
     budget, want = units.budget(maskable.sum(axis=1), mask_rate, max_predictions)
-    return cls(ids, seg, draws, maskable, budget, want)
+    return cls(ids, seg, draws, maskable, budget, want, annotations)
+
+  def annotated(self, strategy: str) -> np.ndarray:
+    if self.annotations is None:  # the pipeline annotates when the settings ask for it
+      raise ValueError(f"masking strategy {strategy!r} needs the batch's word annotations")
+    return self.annotations
 
 
 @dataclasses.dataclass
@@ -74,17 +89,22 @@ def no_weights(step: int) -> None:
 
 @dataclasses.dataclass
 class Context:
-  """What selections read besides the rows: settings, vocabulary tables, gazetteer, and the
-  adaptive weight table in force at a step (None: uniform)."""
+  """What selections read besides the rows: settings, vocabulary tables, gazetteer, the
+  co-occurrence tables (semantic, contextual), and the adaptive weight table in force at a step
+  (None: uniform)."""
 
   settings: settings_lib.Settings
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None = None
   token_weights: Callable[[int], np.ndarray | None] = no_weights
+  cooccurrence: cooccurrence_lib.Cooccurrence | None = None
 
   def __post_init__(self):
+    s = self.settings
     self.log_counts = np.log(np.maximum(np.asarray(self.stats.counts, np.float64), 1.0))
-    self.span_cdf = spans.length_cdf(self.settings.span_p, self.settings.span_max_words)
+    self.span_cdf = spans.length_cdf(s.span_p, s.span_max_words)
+    self.pos_weights, self.dep_weights = syntax.parse_weights(s.syntax_weights)
+    self.entity_codes = syntax.parse_labels(s.entity_labels)
 
 
 def _tokens(rows: Rows, score: np.ndarray) -> Selection:
@@ -138,10 +158,45 @@ def select_entity(rows: Rows, ctx: Context) -> Selection:
   covered, linked = entities.entity_spans(
       rows.ids, rows.seg, rows.maskable, _word_starts(rows, ctx), ctx.stats, ctx.gazetteer,
       ctx.settings.entity_heuristic)
+  if ctx.settings.entity_ner:  # overlapping spans of several sources merge into one
+    c, l = syntax.ner_spans(rows.annotated("entity"), rows.seg, rows.maskable,
+                            ctx.entity_codes)
+    linked |= l
+    covered |= c
   heads = (covered & ~linked) | (rows.maskable & ~covered)
   # Entities first (scores in [0, 1)), then single tokens outside entities (in [1, 2)).
   score = rows.draws.u(uniforms.SELECT, rows.ids.shape[1]) + np.where(covered, 0.0, 1.0)
   return _whole_units(rows, heads, score)
+
+
+def select_syntax(rows: Rows, ctx: Context) -> Selection:
+  s = ctx.settings
+  heads, weight = syntax.units_and_weights(
+      rows.annotated("syntax"), rows.seg, rows.maskable, s.syntax_unit, s.phrase_max_words,
+      ctx.pos_weights, ctx.dep_weights)
+  with np.errstate(divide="ignore"):  # weight 0 -> +inf: never selected
+    return _whole_units(rows, heads, _exponential_keys(rows) - np.log(weight))
+
+
+def _co_table(ctx: Context, strategy: str) -> cooccurrence_lib.Cooccurrence:
+  if ctx.cooccurrence is None:  # run_input.py counts them when the settings ask for them
+    raise ValueError(f"masking strategy {strategy!r} needs the co-occurrence statistics")
+  return ctx.cooccurrence
+
+
+def select_semantic(rows: Rows, ctx: Context) -> Selection:
+  table = _co_table(ctx, "semantic")
+  starts, hashes = cooccurrence_lib.word_hashes(rows.ids, rows.seg, rows.maskable, ctx.stats)
+  heads, _ = cooccurrence_lib.ngram_units(starts, hashes, rows.seg, rows.maskable, table)
+  return _whole_units(rows, heads, rows.draws.u(uniforms.SELECT, rows.ids.shape[1]))
+
+
+def select_contextual(rows: Rows, ctx: Context) -> Selection:
+  table = _co_table(ctx, "contextual")
+  starts, hashes = cooccurrence_lib.word_hashes(rows.ids, rows.seg, rows.maskable, ctx.stats)
+  relevance = cooccurrence_lib.relevance(starts, hashes, rows.seg, table)
+  return _whole_units(rows, starts, _exponential_keys(rows)
+                      - relevance / ctx.settings.contextual_temperature)
 
 
 def select_span(rows: Rows, ctx: Context) -> Selection:
@@ -157,7 +212,13 @@ SELECTORS: dict[str, Callable[[Rows, Context], Selection]] = {
     "entity": select_entity,
     "frequency": select_frequency,
     "adaptive": select_adaptive,
+    "syntax": select_syntax,
+    "semantic": select_semantic,
+    "contextual": select_contextual,
 }
+# What the input must carry for a strategy: word annotations (spaCy), co-occurrence tables.
+NEEDS_ANNOTATIONS = ("syntax",)  # and entity with masking.entity_ner
+NEEDS_COOCCURRENCE = ("semantic", "contextual")
 COMPOSITES = ("mixture", "static")
 STRATEGIES = (*SELECTORS, *COMPOSITES)
 # What static masks can be made by: fixed masks cannot follow a weight table that moves.

@@ -1,0 +1,269 @@
+"""Word co-occurrence statistics of the training corpus, for `semantic` and `contextual` masking.
+
+Words are the masker's words (units.py: a ▁-piece and its continuation, punctuation alone),
+each identified by a 64-bit hash of its pieces, so the tables are tokenizer-exact and the
+masker finds them again in packed rows with the same function (`word_hashes`).
+
+  semantic    PMI-Masking (Levine et al., ICLR 2021). Word n-grams of 2 to 5 words seen at least
+              `masking.pmi_min_count` times are ranked by the paper's PMI_n: log p(w1..wn) minus
+              the largest sum of log-probabilities over the n-gram's segmentations into two or
+              more contiguous parts; the top `masking.pmi_ngrams` form the vocabulary. In a row,
+              its occurrences (longest first; one overlapped by an earlier one of the same
+              length is dropped) are units taken whole, and every other token a unit of its own,
+              in a uniformly random order while they fit the budget.
+  contextual  InforMask (Sadeq et al., EMNLP 2022). A word's informative relevance in a row is the
+              sum of its PMI with the words within WINDOW words of it in its sequence (pairs seen
+              fewer than pmi_min_count times count 0). Whole words are taken in the order of
+              Efraimidis-Spirakis keys with weight exp(relevance / masking.contextual_temperature),
+              so the most informative words are masked most often and masks still change every
+              epoch (a temperature near 0: always the top words; large: whole-word masking).
+
+Counted once per run over the same document sample as the token counts
+(`masking.stats_max_documents` documents, evenly spaced), exactly, with numpy's sorted unique
+counts: the peak memory is about 500 bytes a word of the sample, so the sample stops at
+MAX_WORDS words (~1 GB; the built-in corpus has 0.9 million, counted in 2.2 s). Saved in the
+workdir next to the vocab stats and reused on resume, so masks never change under a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import itertools
+
+from absl import logging
+import numpy as np
+
+from mlmjax import paths
+from mlmjax.data import annotation
+from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import units
+from mlmjax.data.masking.uniforms import GOLDEN, M1, M2, mix64
+from mlmjax.models import special_ids
+
+MAX_N = 5  # the longest n-gram (the paper's)
+WINDOW = 5  # words on each side a word's relevance counts
+MAX_WORDS = 2_000_000  # the most words counted (memory: module docstring)
+_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Cooccurrence:
+  """Sorted n-gram hashes of the PMI vocabulary; sorted word-pair hashes and their PMI."""
+
+  ngrams: np.ndarray      # [K] uint64
+  pairs: np.ndarray       # [Q] uint64
+  pair_pmi: np.ndarray    # [Q] float32
+
+
+def word_hashes(ids, seg, maskable, stats: vocab_stats_lib.VocabStats):
+  """-> word starts [R, T] bool and, at each word start, the hash of the word's pieces [R, T]
+  uint64 (0 elsewhere)."""
+  starts = units.word_starts(ids, seg, maskable, stats)
+  head = units.head_cols(starts)
+  r, c = np.nonzero(maskable & (head >= 0))
+  with np.errstate(over="ignore"):
+    piece = mix64(ids[r, c].astype(np.uint64) * M1 + (c - head[r, c]).astype(np.uint64)
+                  * GOLDEN + GOLDEN)
+  out = np.zeros(ids.shape, np.uint64)
+  np.add.at(out, (r, head[r, c]), piece)  # wraps: a sum of scrambled pieces, in word order
+  with np.errstate(over="ignore"):
+    return starts, np.where(starts, mix64(out + M2), np.uint64(0))
+
+
+def _words_of(starts, hashes, seg):
+  """Row-major words: their hash and a run id (row, sequence) that n-grams may not cross."""
+  r, c = np.nonzero(starts)
+  return hashes[r, c], r.astype(np.int64) * (int(seg.max()) + 1) + seg[r, c]
+
+
+def ngram_hashes(words: np.ndarray, run: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+  """The hashes of the n-grams starting at each word [W] and whether one fits in its run."""
+  w = len(words)
+  h = np.zeros(w, np.uint64)
+  ok = np.full(w, w >= n)
+  with np.errstate(over="ignore"):
+    for j in range(min(n, w)):
+      nxt, same = np.zeros(w, np.uint64), np.zeros(w, bool)
+      nxt[:w - j], same[:w - j] = words[j:], run[j:] == run[:w - j]
+      h, ok = mix64(h * M1 + nxt + np.uint64(n)), ok & same
+  return h, ok
+
+
+def _pair_keys(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  with np.errstate(over="ignore"):
+    return mix64(np.minimum(a, b) * M1 + np.maximum(a, b) + M2)
+
+
+def _pairs(words, run):
+  """Each word with those up to WINDOW words to its right in its run: per distance d, the
+  left words' indices and the pairs' keys."""
+  lefts, keys = [], []
+  for d in range(1, WINDOW + 1):
+    i = np.flatnonzero(run[:-d] == run[d:]) if len(run) > d else np.zeros(0, np.int64)
+    lefts.append(i)
+    keys.append(_pair_keys(words[i], words[i + d]))
+  return lefts, keys
+
+
+def _lookup(table: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  idx = np.minimum(np.searchsorted(table, keys), max(len(table) - 1, 0))
+  return idx, (table[idx] == keys) if len(table) else np.zeros(keys.shape, bool)
+
+
+def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
+  return uniq, first, counts
+
+
+def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
+            num_ngrams: int, min_count: int) -> Cooccurrence:
+  """The tables from an evenly spaced sample of `max_documents` tokenized documents, taken in a
+  fixed random order (so a sample cut at MAX_WORDS is still spread over the corpus)."""
+  n_docs = len(documents)
+  picked = (np.arange(n_docs) if n_docs <= max_documents
+            else np.arange(max_documents) * n_docs // max_documents)
+  all_words, all_runs, run_base, counted = [], [], 0, 0
+  for i in picked[np.random.default_rng(0).permutation(len(picked))].tolist():
+    if counted >= MAX_WORDS:
+      logging.info("Co-occurrences: the sample stops at %d words (MAX_WORDS)", counted)
+      break
+    sentences = [annotation.ids_of(s) for s in documents.sentences(i)]
+    if not sentences:
+      continue
+    ids = np.zeros((len(sentences), max(len(s) for s in sentences)), np.int32)
+    for k, s in enumerate(sentences):
+      ids[k, :len(s)] = s
+    seg = (ids != special_ids.PAD_ID).astype(np.int32)
+    maskable = (ids >= special_ids.NUM_SPECIAL) & (seg > 0)
+    starts, hashes = word_hashes(ids, seg, maskable, stats)
+    words, run = _words_of(starts, hashes, seg)
+    all_words.append(words)
+    all_runs.append(run + run_base)
+    counted += len(words)
+    run_base += int(run.max()) + 1 if len(run) else 0
+  words = np.concatenate(all_words + [np.zeros(0, np.uint64)])
+  run = np.concatenate(all_runs + [np.zeros(0, np.int64)])
+  total = max(len(words), 1)
+  log_p = {}  # n -> (sorted hashes, log-probabilities)
+  grams, at = {}, {}
+  for n in range(1, MAX_N + 1):
+    at[n], ok = ngram_hashes(words, run, n)
+    uniq, first, counts = _counts(at[n][ok])
+    log_p[n] = (uniq, np.log(counts / total))
+    grams[n] = (uniq, np.flatnonzero(ok)[first], counts)
+  candidates, scores = [], []
+  for n in range(2, MAX_N + 1):
+    uniq, where, counts = grams[n]
+    keep = counts >= min_count
+    best = np.full(keep.sum(), -np.inf)
+    for cuts in _segmentations(n):
+      total_lp = np.zeros(keep.sum())
+      for a, b in zip((0,) + cuts, cuts + (n,)):
+        idx, found = _lookup(log_p[b - a][0], at[b - a][where[keep] + a])
+        total_lp += np.where(found, log_p[b - a][1][idx], log_p[n][1][keep])
+      best = np.maximum(best, total_lp)
+    candidates.append(uniq[keep])
+    scores.append(np.log(counts[keep] / total) - best)
+  cand, score = np.concatenate(candidates), np.concatenate(scores)
+  top = np.argsort(-score, kind="stable")[:num_ngrams]
+  lefts, keys = _pairs(words, run)
+  left = np.concatenate(lefts)
+  right = np.concatenate([i + d for d, i in enumerate(lefts, 1)])
+  pair_keys, first, pair_counts = _counts(np.concatenate(keys))
+  kept = pair_counts >= min_count
+  # PMI(a, b) = log p(a, b) - log p(a) - log p(b); a pair's words from its first occurrence.
+  uni_h, uni_lp = log_p[1]
+  lp_a = uni_lp[np.searchsorted(uni_h, at[1][left[first[kept]]])]
+  lp_b = uni_lp[np.searchsorted(uni_h, at[1][right[first[kept]]])]
+  pmi = np.log(pair_counts[kept] / max(len(left), 1)) - lp_a - lp_b
+  return Cooccurrence(np.sort(cand[top]), pair_keys[kept], pmi.astype(np.float32))
+
+
+def _segmentations(n: int):
+  """Cut points of every split of n words into 2 or more contiguous parts: (1,), (2,), (1, 2)..."""
+  for k in range(1, n):
+    yield from itertools.combinations(range(1, n), k)
+
+
+def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence
+                ) -> tuple[np.ndarray, np.ndarray]:
+  """-> [R, T] unit heads of `semantic`: the first piece of each vocabulary n-gram occurrence
+  kept (module docstring), and every maskable token outside them; [R, T] the pieces inside
+  those n-grams."""
+  num_rows, length = starts.shape
+  r, c = np.nonzero(starts)
+  words, run = _words_of(starts, hashes, seg)
+  taken = np.zeros(len(words), bool)  # word covered by a kept n-gram
+  heads_w = np.zeros(len(words), bool)
+  for n in range(MAX_N, 1, -1):
+    h, ok = ngram_hashes(words, run, n)
+    _, found = _lookup(table.ngrams, h)
+    match = ok & found
+    # Dropped when an earlier occurrence of the same length overlaps it, or a longer one did.
+    earlier = np.zeros(len(words), bool)
+    for j in range(1, n):
+      earlier[j:] |= match[:-j]
+    blocked = np.zeros(len(words), bool)
+    for j in range(n):
+      blocked[:len(words) - j] |= taken[j:]
+    match &= ~earlier & ~blocked
+    heads_w |= match
+    for j in range(n):
+      taken[j:] |= match[:len(words) - j]
+  word_col = units.head_cols(starts)
+  covered_word = np.zeros((num_rows, length), bool)
+  covered_word[r, c] = taken
+  head_word = np.zeros((num_rows, length), bool)
+  head_word[r, c] = heads_w
+  rr = np.arange(num_rows)[:, None]
+  in_ngram = maskable & (word_col >= 0) & covered_word[rr, np.maximum(word_col, 0)]
+  # An n-gram's later words continue its unit; tokens outside n-grams are units of their own.
+  return (head_word & maskable) | (maskable & ~in_ngram), in_ngram
+
+
+def relevance(starts, hashes, seg, table: Cooccurrence) -> np.ndarray:
+  """[R, T] informative relevance at each word start (module docstring), 0 elsewhere."""
+  r, c = np.nonzero(starts)
+  words, run = _words_of(starts, hashes, seg)
+  score = np.zeros(len(words))
+  lefts, keys = _pairs(words, run)
+  for d, left, k in zip(range(1, WINDOW + 1), lefts, keys):
+    idx, found = _lookup(table.pairs, k)
+    pmi = np.where(found, table.pair_pmi[idx] if len(table.pairs) else 0.0, 0.0)
+    np.add.at(score, left, pmi)
+    np.add.at(score, left + d, pmi)
+  out = np.zeros(starts.shape)
+  out[r, c] = score
+  return out
+
+
+def save(table: Cooccurrence, path: str) -> None:
+  buf = io.BytesIO()
+  np.savez(buf, version=np.int64(_VERSION), ngrams=table.ngrams, pairs=table.pairs,
+           pair_pmi=table.pair_pmi)
+  paths.write_atomic(path, buf.getvalue())
+
+
+def load(path: str) -> Cooccurrence:
+  with np.load(io.BytesIO(paths.read_bytes(path)), allow_pickle=False) as z:
+    return Cooccurrence(z["ngrams"], z["pairs"], z["pair_pmi"])
+
+
+def path_beside(stats_path: str) -> str:
+  """Where a run keeps its tables: next to its vocab stats (workdir.py)."""
+  return stats_path.removesuffix(".npz") + "_cooccurrence.npz"
+
+
+def get(documents, stats, path: str, max_documents: int, num_ngrams: int,
+        min_count: int) -> Cooccurrence:
+  """The run's tables: the saved ones at `path`, else computed and saved there."""
+  if paths.exists(path):
+    logging.info("Reusing co-occurrence statistics %s", path)
+    return load(path)
+  logging.info("Counting word n-grams and pairs of up to %d documents...", max_documents)
+  table = compute(documents, stats, max_documents, num_ngrams, min_count)
+  save(table, path)
+  logging.info("Saved %d PMI n-grams and %d word pairs to %s", len(table.ngrams),
+               len(table.pairs), path)
+  return table

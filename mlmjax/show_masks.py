@@ -1,0 +1,54 @@
+"""Shows what a config's masking does to its real input stream.
+
+  python -m mlmjax.show_masks --config=configs/tiny.py --config.masking.strategy=entity \
+      [--workdir=runs/tiny] [--rows=4] [--json]
+
+Takes the first training batch the run would train on (its tokenizer, packing, strategy, rate
+and seed; from `--workdir`'s saved tokenizer and statistics, else made in a temporary folder)
+and prints its first rows as text, each masked run as {text=KIND} (KIND: [MASK], random:PIECE
+or kept), then a summary line: the masked fraction, the replacement kinds, and for named
+entities, noun chunks and correlated n-grams the share of masked pieces inside one and the
+share of those touched that are masked whole, which tell strategies apart. With --json, one JSON
+line per row and the summary as a JSON line, for scripts (mlmjax/data/masking/display.py says
+what each field is; mlmjax/training/masks_preview.py where entities, noun chunks and n-grams
+come from).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+from absl import app
+from absl import flags
+from ml_collections import config_flags
+
+from mlmjax import errors
+from mlmjax.training import config_check
+from mlmjax.training import masks_preview
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", "", "A run folder whose tokenizer and statistics to"
+                               " use (default: made in a temporary folder).")
+_ROWS = flags.DEFINE_integer("rows", 4, "Rows to print.")
+_JSON = flags.DEFINE_bool("json", False, "JSON lines instead of text.")
+
+
+def main(argv):
+  del argv
+  with errors.reported_in_one_line():
+    settings = config_check.checked(_CONFIG.value)
+    with tempfile.TemporaryDirectory() as tmp:
+      rows, summary = masks_preview.show(settings, _WORKDIR.value or tmp, _ROWS.value)
+  if _JSON.value:
+    for line in rows + [summary]:
+      print(json.dumps(line))
+    return
+  for row in rows:
+    print(f"row {row['row']}: {row['text']}\n")
+  print(" ".join(f"{k}={v}" for k, v in summary.items() if k != "summary"))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config"])
+  app.run(main)

@@ -1,0 +1,63 @@
+"""What `python -m mlmjax.show_masks` shows: a config's first training batch with its masks,
+and the summary that tells strategies apart (the rendering: data/masking/display.py).
+
+Entities and noun chunks come from spaCy (`masking.nlp_pipeline`) whatever the strategy, when
+spaCy and the pipeline are installed (else those shares are None); the n-grams from the run's
+co-occurrence statistics, counted here over at most 1,000 documents when the strategy has none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import logging
+
+from mlmjax.data import annotation
+from mlmjax.data import mixture
+from mlmjax.data import pipeline
+from mlmjax.data import prepared
+from mlmjax.data.masking import cooccurrence
+from mlmjax.data.masking import display
+from mlmjax.training import phases
+from mlmjax.training import train_state
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.settings import RunSettings
+
+_NGRAM_DOCUMENTS = 1000  # documents counted for the n-gram share when the run counts none
+
+
+def _annotator(settings) -> annotation.Annotator | None:
+  """spaCy's parse and entities for the summary, or None where spaCy or the pipeline is not
+  installed (the masking itself needs neither)."""
+  try:
+    annotation.load_pipeline(settings.masking.nlp_pipeline, parse=True, ner=True)
+  except annotation.AnnotatorError as e:
+    logging.warning("%s: the entity and noun-chunk shares are left out", e)
+    return None
+  return annotation.Annotator(settings.masking.nlp_pipeline)
+
+
+def show(settings: RunSettings, workdir: str, count: int) -> tuple[list[dict], dict]:
+  """(the first `count` rows, the summary of the whole batch) of the run's first batch."""
+  settings = settings.replace(data={"worker_count": 0})  # one batch: no worker processes
+  run_dir = workdir_lib.Workdir(workdir)
+  inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
+  annotator = _annotator(settings)
+  source = inp.train_source
+  # Raw text (not a mixture, whose weights apply to its parts): annotated as it is read.
+  if annotator is not None and not isinstance(source, (mixture.Mixture, prepared.PreparedSplit)):
+    source = pipeline.DocumentReader(source, inp.tokenizer.to_bytes(), annotator)
+  host = dataclasses.replace(inp, train_source=source).train_iter(
+      phases.base_shape(settings))
+  host.masks_late = True  # take the batch unmasked, then mask it keeping its annotations
+  batch = next(host)
+  host.close()
+  out = host.masking.with_host_keys(batch, 0)
+  table = inp.cooccurrence or cooccurrence.compute(
+      pipeline.tokenized(inp.train_source, inp.tokenizer), inp.stats,
+      min(settings.masking.stats_max_documents, _NGRAM_DOCUMENTS),
+      settings.masking.pmi_ngrams, settings.masking.pmi_min_count)
+  original = batch["input_ids"]
+  ngrams = display.ngram_unit_ids(original, batch["segment_ids"], inp.stats, table)
+  rows = display.rows(out, original, inp.tokenizer.word_pieces(), count)
+  return rows, display.summary(out, original, batch.get("annotations"), ngrams)
