@@ -4,7 +4,8 @@ position; built in grain worker processes when `data.worker_count` > 0.
 The stages of a training batch, from a file to the step (one module each, in this order):
 
      1. sources.py / prepared.py  the split: documents by index (text, or token ids prepared)
-     2. documents.py             a text document's sentences as token ids (raw text only)
+     2. documents.py             a text document's sentences as token ids (raw text only),
+                                 with spaCy's word annotations when masking reads them
      3. shard_walk.py            this data shard's document order: a fresh permutation an epoch
      4. formats.py               a document -> units, the sequences of a row (RoBERTa's
                                  formats, NSP/SOP pairs)

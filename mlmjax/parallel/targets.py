@@ -58,6 +58,33 @@ class Target:
     return self.devices[0].device_kind
 
 
+@dataclasses.dataclass(frozen=True)
+class TpuSlice:
+  """A TPU name's slices: family (v4, v5p, v5litepod, v5e, v6e), slice count, chips and chip
+  grid of one slice. (launch/gke.py reads these too.)"""
+
+  family: str
+  slices: int
+  chips: int
+  grid: tuple[int, ...]
+
+  @property
+  def topology(self) -> str:
+    return "x".join(map(str, self.grid))
+
+
+def parse_tpu(name: str) -> TpuSlice | None:
+  """"2xv5p-64" -> TpuSlice('v5p', 2, 32, (2, 4, 4)); None for anything else (GPU names,
+  counts no slice has)."""
+  m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
+  if not m:
+    return None
+  slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
+  cores = _TPU[family][1]
+  grid = _grid(count // cores, _TPU[family][2]) if count % cores == 0 and slices >= 1 else None
+  return None if grid is None else TpuSlice(family, slices, count // cores, grid)
+
+
 def _grid(chips: int, three_d: bool) -> tuple[int, ...] | None:
   """Cloud TPU's chip grid of a slice, or None if no slice has that many chips."""
   if chips == 1:
@@ -113,15 +140,17 @@ def get(name: str) -> Target:
 
 def _get(name: str) -> Target:
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
+  m = re.fullmatch(r"(?:\d+x)?(v4|v5p|v5litepod|v5e|v6e)-(\d+)", name)
   if m:
     plugins.use("tpu", f"compiling for {name}")
-    slices, family, count = int(m.group(1) or 1), m.group(2), int(m.group(3))
-    prefix, cores, three_d, chip_config, hbm = _TPU[family]
-    grid = _grid(count // cores, three_d) if count % cores == 0 and slices >= 1 else None
-    if grid is None:
-      raise _unknown(name, f" (no {family} slice has {count} {'cores' if cores > 1 else 'chips'})")
-    topology = f"{prefix}:{'x'.join(map(str, grid))}"
+    tpu = parse_tpu(name)
+    if tpu is None:
+      family, count = m.group(1), m.group(2)
+      raise _unknown(name, f" (no {family} slice has {count}"
+                           f" {'cores' if _TPU[family][1] > 1 else 'chips'})")
+    prefix, _, _, chip_config, hbm = _TPU[tpu.family]
+    slices, grid = tpu.slices, tpu.grid
+    topology = f"{prefix}:{tpu.topology}"
     host = tuple(min(g, 2) for g in grid[:2]) + (1,)  # hosts of up to 2x2 chips
     try:
       devices = topologies.get_topology_desc(

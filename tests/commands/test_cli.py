@@ -56,6 +56,11 @@ def test_train_resume_and_predict(tmp_path, tokenizer_path):
      "error: flag --config.train.steps=many: invalid literal for int() with base 10: 'many'"),
     (["--config=configs/nosuch.py"],
      "error: cannot load --config: [Errno 2] No such file or directory: 'configs/nosuch.py'"),
+    (["--config=configs/tiny.py", "--config.masking.strategy=syntax",
+      "--config.masking.nlp_pipeline=no_such_pipeline"],
+     "error: masking.nlp_pipeline='no_such_pipeline': no spaCy pipeline of that name or path is"
+     " installed: pip install 'mlmjax[nlp]' (spaCy and en_core_web_sm), or for another pipeline"
+     " pip install spacy && python -m spacy download NAME"),
 ])
 def test_cli_config_errors_are_one_line(tmp_path, args, message):
   proc = _run("mlmjax.main", *args, f"--workdir={tmp_path}")
