@@ -1,6 +1,6 @@
 """What an optimized HLO program (compiled.as_text()) contains: its collectives with their
-bytes, and which attention kernel runs. Read from the text because the compiled object has no
-API for either.
+bytes, which attention kernel runs, and the windowed-einsum loops XLA made. Read from the text
+because the compiled object has no API for any of them.
 
 Collectives are counted once each: an async pair (`all-gather-start` / `all-gather-done`) by
 its `-done` (whose shape is the result), a synchronous one by itself. On TPU, XLA turns a
@@ -91,68 +91,22 @@ def attention_kernels(text: str) -> list[str]:
   return found
 
 
-_CALLEE = re.compile(r"\b(?:calls|body|to_apply)=%?([\w.\-]+)")
-_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
-
-
-def _dims(shape: str) -> list[int]:
-  arrays = _ARRAY.findall(shape)
-  return [int(d) for d in arrays[0][1].split(",") if d] if arrays else []
-
-
-def _matmul_flops(op: str, shape: str, line: str, shapes: dict[str, str]) -> float:
-  """2 x the multiply-adds of one dot or convolution (operand shapes looked up by name)."""
-  names = re.findall(r"%([\w.\-]+)", line.split(f" {op}(", 1)[1])[:2]  # lhs, rhs
-  out = float(np.prod(_dims(shape)))
-  if op == "dot":
-    lhs = _dims(shapes.get(names[0], ""))
-    contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
-    k = np.prod([lhs[int(i)] for i in contracting.group(1).split(",") if i]) if contracting else 1
-    return 2.0 * out * float(k)
-  kernel = _dims(shapes.get(names[1], ""))
-  labels = re.search(r"dim_labels=\w*_(\w+)->", line)
-  o = labels.group(1).index("o") if labels and "o" in labels.group(1) else len(kernel) - 1
-  return 2.0 * out * float(np.prod(kernel)) / max(kernel[o], 1) if kernel else 0.0
-
-
-def matmul_flops(text: str) -> dict[str, float]:
-  """The FLOPs of every dot and convolution of the program, each counted as often as it runs:
-  a while loop's body times its known trip count. (XLA's cost_analysis counts a loop body
-  once: a scanned layer stack, and the loops XLA makes itself, e.g. the windowed einsums that
-  overlap FSDP's gathers and reduce-scatters with the matmuls, which it unrolls into
-  collective-permutes.) -> {"total", "in_loops" (the part inside while loops), "unknown_trip
-  _loops" (loops counted once for want of a known trip count)}."""
-  own: dict[str, float] = {}
-  calls: dict[str, list[tuple[str, int]]] = {}
-  shapes: dict[str, str] = {}
-  entry, unknown = "", 0
-  lines = list(_instructions(text))
-  for _, name, shape, _, _ in lines:
-    shapes[name] = shape
-  for line in text.splitlines():
-    if line.lstrip().startswith("ENTRY"):
-      entry = _COMPUTATION.match(line).group(1)
-  for computation, name, shape, op, line in lines:
-    if op in ("dot", "convolution"):
-      own[computation] = own.get(computation, 0.0) + _matmul_flops(op, shape, line, shapes)
+def windowed_einsum_loops(text: str) -> dict[str, int]:
+  """The loops XLA makes of a matmul and its collective (a windowed einsum: under FSDP, a
+  weight gradient's matmul and its reduce-scatter, one block of shards per iteration, with
+  collective-permutes between): {iterations: how many loops run that many times}. XLA's
+  cost_analysis counts a loop body once, so it sees 1/iterations of their FLOPs."""
+  bodies = {}
+  for _, _, _, op, line in _instructions(text):
     body = re.search(r"\bbody=%?([\w.\-]+)", line) if op == "while" else None
-    trip = _TRIP_COUNT.search(line) if body else None
-    unknown += bool(body) and trip is None
-    for callee in _CALLEE.findall(line):
-      times = int(trip.group(1)) if trip and callee == body.group(1) else 1
-      calls.setdefault(computation, []).append((callee, times))
-  totals: dict[str, tuple[float, float]] = {}
-
-  def total(computation: str) -> tuple[float, float]:
-    """(FLOPs of one run of `computation`, the part of them inside loops)."""
-    if computation not in totals:
-      flops, looped = own.get(computation, 0.0), 0.0
-      for callee, times in calls.get(computation, ()):
-        sub, sub_looped = total(callee)
-        flops += times * sub
-        looped += times * sub if times > 1 else sub_looped
-      totals[computation] = (flops, looped)
-    return totals[computation]
-
-  flops, looped = total(entry)
-  return {"total": flops, "in_loops": looped, "unknown_trip_loops": unknown}
+    if body and "windowed_dot_general" in body.group(1):
+      bodies[body.group(1)] = re.search(r"\bcondition=%?([\w.\-]+)", line).group(1)
+  limits = {}  # condition computation -> the constant its counter is compared with
+  for computation, _, _, op, line in _instructions(text):
+    if computation in bodies.values() and op == "constant":
+      limits[computation] = int(re.search(r"constant\((\d+)\)", line).group(1))
+  out: dict[str, int] = {}
+  for condition in bodies.values():
+    key = str(limits.get(condition, "unknown"))
+    out[key] = out.get(key, 0) + 1
+  return out

@@ -10,14 +10,14 @@ that fits at its first row length is known to fit at its last. Per step and shap
   memory       per device, from the compiled executable: arguments, outputs, temporaries,
                generated code; total = those minus what outputs alias (the donated state),
                against the device's HBM
-  flops        per device: flops.py's model FLOPs; the matmul FLOPs of the compiled program,
-               each dot counted as often as it runs (parallel/hlo.py: a while loop's body
-               times its trip count), and their ratio, like with like; and XLA's own
-               cost_analysis count, which counts every loop body once: a scanned layer stack
-               as one layer, and the windowed einsums XLA makes of FSDP's matmuls (loops over
-               the shards, with collective-permutes) as one shard's step. (That, not missing
-               work, was the 0.74 ratio of BERT-large on v5p-64 with FSDP: docs/scaling.md.)
-               Matmuls inside Pallas kernels (splash attention) are not seen by either.
+  flops        the compiler's count per device (cost_analysis) beside flops.py's model FLOPs.
+               The compiler counts a loop body once. With model.scan_layers that is the layer
+               loop: `compiler_flops_counts_layers` says how many layers it saw, and the ratio
+               compares it with flops.py's count of those layers (one), not all L. Under FSDP
+               XLA may turn weight-gradient matmuls into windowed einsums, loops over the
+               shards (`windowed_einsum_loops`: {iterations: loops}): their FLOPs are counted
+               for one iteration, so the ratio falls below 1 with no work missing (BERT-large
+               on v5p-64 with FSDP 32: 96 loops of 16 iterations, ratio 0.74; docs/performance.md).
   collectives  by kind, count and result bytes per device (parallel/hlo.py)
   attention    the fused kernel found in the program (or [] for plain XLA attention)
 
@@ -39,6 +39,7 @@ from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data.settings import TokenizerSettings
 from mlmjax.errors import UserError
 from mlmjax.models import bert as model_lib
+from mlmjax.models import flops as flops_lib
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
@@ -110,12 +111,23 @@ def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, b
     # Forward only: a third of the train step's.
     per_token = train_state.train_flops_per_token(settings, vocab, seq_len, slots) / 3
   args = (state, train_state.batch_spec(settings, mesh, batch, seq_len, slots))
-  model_flops = per_token * batch * seq_len / mesh.size
-  return _compile(name, fn, args, settings, target, mesh, batch, seq_len, model_flops)
+  tokens = batch * seq_len / mesh.size
+  model_flops = per_token * tokens
+  # What the compiler can see of it: with scan_layers it counts the loop body once, so
+  # the comparison takes L - 1 layers out of flops.py's count too (BERT-style stacks; an
+  # ELECTRA's two stacks are not split out: None).
+  seen = model_flops
+  if settings.model.scan_layers:
+    seen = None
+    if settings.objective.kind == "mlm":
+      layers = settings.model.num_layers
+      stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
+      seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
+  return _compile(name, fn, args, settings, target, mesh, batch, seq_len, model_flops, seen)
 
 
 def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, seq_len: int,
-             model_flops) -> Compiled:
+             model_flops, seen_flops) -> Compiled:
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -136,7 +148,7 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, se
   total = mem["total"]
   cost = compiled.cost_analysis() or {}  # None on GPU
   cost = cost[0] if isinstance(cost, list) else cost
-  matmul = hlo.matmul_flops(text)
+  compiler_flops = cost.get("flops")
   m_cfg = settings.model
   report = {
       "step": name, "target": target.name, "device": target.device_kind,
@@ -148,13 +160,15 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, se
       "memory_bytes": {**mem, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),
       "fits": total <= target.hbm_bytes,
+      "compiler_flops_per_device": compiler_flops,
+      # The loop of a scanned stack is counted once: the compiler saw 1 layer of L.
+      "compiler_flops_counts_layers": 1 if m_cfg.scan_layers else m_cfg.num_layers,
       "model_flops_per_device": model_flops,
-      "compiled_matmul_flops_per_device": matmul["total"],
-      "compiled_matmul_flops_in_loops": matmul["in_loops"],
-      "compiled_over_model_flops": matmul["total"] / model_flops if model_flops else None,
-      # XLA's count: every loop body once (module docstring).
-      "xla_cost_analysis_flops_per_device": cost.get("flops"),
+      # Like with like: flops.py's count of what the compiler counted (one layer if scanned).
+      "compiler_over_model_flops": (compiler_flops / seen_flops
+                                    if compiler_flops and seen_flops else None),
       "collectives": hlo.collectives(text),
+      "windowed_einsum_loops": hlo.windowed_einsum_loops(text),
       "compile_s": round(compile_s, 2),
   }
   return Compiled(report, text)

@@ -9,10 +9,12 @@ micro-batches 52.5 ('full'), 56.5 ('dots_saveable'), 60.5 ('none')."""
 import json
 import logging
 import os
+import sys
 
 import pytest
 
 from configs import tiny
+from conftest import REPO
 from mlmjax import errors
 from mlmjax.parallel import sharding
 from mlmjax.training import fit
@@ -89,3 +91,25 @@ def test_the_compile_command_checks_every_phase_shape(tokenizer_path):
   assert [(r["phases"], r["seq_len"], r["batch"]) for r in reports] == [
       ((0,), 64, 32), ((1,), 128, 32)]
   assert reports[1]["memory_bytes"]["total"] > reports[0]["memory_bytes"]["total"]
+
+
+@pytest.mark.slow
+def test_the_preset_table_script_compiles_a_row_and_renders_it(tmp_path):
+  """benchmarks/preset_fit.py: the tiny preset fitted to a one-host slice (data parallel),
+  then the table from the rows; a second run compiles nothing; a large slice gets FSDP."""
+  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+  import preset_fit  # pylint: disable=g-import-not-at-top
+  from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
+  results, table = str(tmp_path / "rows.jsonl"), str(tmp_path / "table.md")
+  args = ["--presets=tiny", "--targets=v5p-8", f"--results={results}", f"--table={table}"]
+  preset_fit.main(args)
+  [row] = [json.loads(line) for line in open(results)]
+  assert (row["preset"], row["target"], row["fits"]) == ("tiny", "v5p-8", True)
+  assert row["shapes"][0]["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
+  text = open(table).read()
+  assert "| tiny | v5p-8 | 64 | 32 | data 4 | yes | 1, " in text
+  assert "Not compiled yet" in text and "bert:base on v5p-8" in text
+  preset_fit.main(args)  # resumable: nothing compiled twice
+  assert len(open(results).read().splitlines()) == 1
+  big = preset_fit.config_of("bert:base", targets.get("v5litepod-256"))
+  assert tuple(big.mesh.shape) == (1, -1, 1) and big.train.fit == "auto"

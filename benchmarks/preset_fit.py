@@ -1,0 +1,173 @@
+"""Which preset fits which slice: every preset's train step compiled for a small and a large slice
+of TPU v5e, v5p and v6e and for 8 x H100, with train.fit='auto' choosing micro-batches and
+rematerialisation (mlmjax/training/fit.py), from this machine (no accelerator needed).
+
+  python benchmarks/preset_fit.py [--presets=bert:base,...] [--targets=v5p-8,...]
+      [--results=benchmarks/preset_fit.jsonl] [--table=docs/preset_fit.md]
+
+Each row is appended to --results as one JSON line as soon as it is compiled (and --table
+rewritten from every row there), and rows already there are not compiled again: a killed run,
+or one given more presets or targets later, goes on where it stopped. A row that does not
+fit at any setting says so (the compiler's own numbers).
+
+The mesh follows the slice: data parallel on one host (8 chips or fewer), FSDP over every chip of
+a larger slice (config.mesh.shape = (1, -1, 1)), as docs/scaling.md advises. On 8 x H100 the
+attention is the Pallas kernel (cuDNN's needs a 716 MB wheel to compile). Every phase shape
+of a preset is compiled (BERT's 128 and 512 phases: two lines of one row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mlmjax.errors import UserError  # pylint: disable=wrong-import-position
+from mlmjax.parallel import targets as targets_lib  # pylint: disable=wrong-import-position
+
+# preset -> (config file:variant, overrides): the issue's list of presets and row lengths.
+PRESETS = {
+    "tiny": ("tiny", {}),  # the CPU demo: its rows are the ones CI compiles
+    "bert:base": ("bert:base", {}),  # phases at 128 and 512
+    "bert:large": ("bert:large", {}),
+    "roberta:base": ("roberta:base", {}),
+    "spanbert:base": ("spanbert:base", {}),
+    "electra:base": ("electra:base", {}),
+    "modernbert:base": ("modernbert:base", {}),  # 1,024
+    "modernbert:large": ("modernbert:large", {}),
+    # The context extension: 8,192-token rows, max_predictions for 30% of them.
+    "modernbert:base@8192": ("modernbert:base", {"data.seq_len": 8192,
+                                                 "masking.max_predictions_per_seq": 2458}),
+}
+TARGETS = ("v5litepod-8", "v5litepod-256", "v5p-8", "v5p-256", "v6e-8", "v6e-256", "h100x8")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "preset_fit.jsonl")
+TABLE = os.path.join(os.path.dirname(HERE), "docs", "preset_fit.md")
+_SINGLE_HOST_DEVICES = 8
+
+
+def config_of(preset: str, target: targets_lib.Target):
+  """The preset's config for `target`: its overrides, fit='auto', the slice's mesh."""
+  spec, overrides = PRESETS[preset]
+  module, *variant = spec.split(":")
+  config = importlib.import_module(f"configs.{module}").get_config(*variant)
+  for key, value in overrides.items():
+    section, name = key.split(".")
+    config[section][name] = value
+  config.train.fit = "auto"
+  if target.platform == "gpu" and config.model.attention_impl == "auto":
+    # 'auto' is cuDNN's fused attention on GPU, which needs cuDNN's 716 MB wheel to compile:
+    # the Pallas kernel compiles with what [gpu-compile] brings (docs/scaling.md).
+    config.model.attention_impl = "pallas_gpu"
+  single_host = len(target.devices) <= _SINGLE_HOST_DEVICES
+  config.mesh.shape = (-1, 1, 1) if single_host else (1, -1, 1)
+  return config
+
+
+def row(preset: str, target_name: str) -> dict:
+  """One (preset, target): per phase shape, whether it fits and with what."""
+  # jax's first import: after main() has loaded the plugins of GPU targets.
+  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  target = targets_lib.get(target_name)
+  config = config_of(preset, target)
+  t0 = time.perf_counter()
+  try:
+    compiled = aot.compile_steps(config, target, which=("train",))
+  except UserError as e:  # fits at no setting, or the config cannot run there
+    return {"preset": preset, "target": target_name, "fits": False, "error": str(e),
+            "compile_s": round(time.perf_counter() - t0, 1)}
+  shapes = []
+  for c in compiled:
+    r = c.report
+    shapes.append({
+        "seq_len": r["seq_len"], "batch": r["batch"], "mesh": r["mesh"],
+        "grad_accum_steps": r["grad_accum_steps"], "remat": r["remat"],
+        "memory_gib": r["memory_gib"], "device_gib": r["device_gib"], "fits": r["fits"],
+        "collectives": {k: v["count"] for k, v in r["collectives"].items()},
+        "collective_mb": round(sum(v["bytes"] for v in r["collectives"].values()) / 1e6, 1),
+        "attention": r["attention_kernels"]})
+  return {"preset": preset, "target": target_name, "fits": all(s["fits"] for s in shapes),
+          "shapes": shapes, "compile_s": round(time.perf_counter() - t0, 1)}
+
+
+def table(rows: list[dict]) -> str:
+  """The markdown table of every row (one line per phase shape)."""
+  lines = ["| preset | target | seq | batch | mesh | fits | accumulation, remat | GiB / device |"
+           " collectives (count; MB / device) | compile |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in sorted(rows, key=lambda r: (list(PRESETS).index(r["preset"])
+                                      if r["preset"] in PRESETS else 99,
+                                      TARGETS.index(r["target"]) if r["target"] in TARGETS
+                                      else 99)):
+    if "shapes" not in r:
+      lines.append(f"| {r['preset']} | {r['target']} | | | | no | | | {r['error']} |"
+                   f" {r['compile_s']:.0f} s |")
+      continue
+    for s in r["shapes"]:
+      mesh = " x ".join(f"{k} {v}" for k, v in s["mesh"].items() if v > 1) or "1 device"
+      coll = ", ".join(f"{k} {v}" for k, v in s["collectives"].items())
+      lines.append(
+          f"| {r['preset']} | {r['target']} | {s['seq_len']} | {s['batch']} | {mesh} |"
+          f" {'yes' if s['fits'] else 'no'} | {s['grad_accum_steps']}, {s['remat']} |"
+          f" {s['memory_gib']:.2f} of {s['device_gib']:.0f} | {coll}; {s['collective_mb']:,} |"
+          f" {r['compile_s']:.0f} s |")
+  return "\n".join(lines) + "\n"
+
+
+def _read(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def write_table(rows: list[dict], path: str, command: str) -> None:
+  pending = [f"{p} on {t}" for p in PRESETS for t in TARGETS
+             if not any(r["preset"] == p and r["target"] == t for r in rows)]
+  text = ("# Which preset fits which slice\n\n"
+          "Generated by `benchmarks/preset_fit.py` (its docstring says how): the train step of"
+          " each preset compiled for each target on a 2-core CPU machine with jax 0.10.2 and"
+          " libtpu 0.0.42.1, `train.fit='auto'` choosing the micro-batches and"
+          " rematerialisation. Regenerate with:\n\n    " + command + "\n\n" + table(rows))
+  if pending:
+    text += ("\nNot compiled yet (the command above goes on with them): "
+             + ", ".join(pending) + ".\n")
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def main(argv: list[str]) -> None:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--presets", default=",".join(PRESETS))
+  p.add_argument("--targets", default=",".join(TARGETS))
+  p.add_argument("--results", default=RESULTS)
+  p.add_argument("--table", default=TABLE)
+  args = p.parse_args(argv)
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.FLAGS.mark_as_parsed()  # mlmjax's library reads absl flags; this script has none
+  rows = _read(args.results)
+  done = {(r["preset"], r["target"]) for r in rows}
+  # GPU targets first, before anything imports jax: jax loads the CUDA plugin when imported.
+  for target in args.targets.split(","):
+    if targets_lib.parse_tpu(target) is None:
+      targets_lib.get(target)
+  for preset in args.presets.split(","):
+    for target in args.targets.split(","):
+      if (preset, target) in done:
+        continue
+      result = row(preset, target)
+      print(json.dumps(result), flush=True)
+      with open(args.results, "a", encoding="utf-8") as f:
+        f.write(json.dumps(result) + "\n")
+      rows.append(result)
+      write_table(rows, args.table, "python benchmarks/preset_fit.py")  # kept current
+  write_table(rows, args.table, "python benchmarks/preset_fit.py")
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
