@@ -3,7 +3,7 @@ of TPU v5e, v5p and v6e and for 8 x H100, with train.fit='auto' choosing micro-b
 rematerialisation (mlmjax/training/fit.py), from this machine (no accelerator needed).
 
   python benchmarks/preset_fit.py [--presets=bert:base,...] [--targets=v5p-8,...]
-      [--results=benchmarks/preset_fit.jsonl] [--table=docs/preset_fit.md]
+      [--results=benchmarks/preset_fit.jsonl] [--table=docs/preset_fit.md] [--fit=off]
 
 Each row is appended to --results as one JSON line as soon as it is compiled (and --table
 rewritten from every row there), and rows already there are not compiled again: a killed run,
@@ -51,15 +51,16 @@ TABLE = os.path.join(os.path.dirname(HERE), "docs", "preset_fit.md")
 _SINGLE_HOST_DEVICES = 8
 
 
-def config_of(preset: str, target: targets_lib.Target):
-  """The preset's config for `target`: its overrides, fit='auto', the slice's mesh."""
+def config_of(preset: str, target: targets_lib.Target, fit: str = "auto"):
+  """The preset's config for `target`: its overrides, train.fit=`fit` ('auto': chosen; 'off':
+  the preset's own micro-batches and remat), the slice's mesh."""
   spec, overrides = PRESETS[preset]
   module, *variant = spec.split(":")
   config = importlib.import_module(f"configs.{module}").get_config(*variant)
   for key, value in overrides.items():
     section, name = key.split(".")
     config[section][name] = value
-  config.train.fit = "auto"
+  config.train.fit = fit
   if target.platform == "gpu" and config.model.attention_impl == "auto":
     # 'auto' is cuDNN's fused attention on GPU, which needs cuDNN's 716 MB wheel to compile:
     # the Pallas kernel compiles with what [gpu-compile] brings (docs/scaling.md).
@@ -69,12 +70,12 @@ def config_of(preset: str, target: targets_lib.Target):
   return config
 
 
-def row(preset: str, target_name: str) -> dict:
+def row(preset: str, target_name: str, fit: str = "auto") -> dict:
   """One (preset, target): per phase shape, whether it fits and with what."""
   # jax's first import: after main() has loaded the plugins of GPU targets.
   from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
   target = targets_lib.get(target_name)
-  config = config_of(preset, target)
+  config = config_of(preset, target, fit)
   t0 = time.perf_counter()
   try:
     compiled = aot.compile_steps(config, target, which=("train",))
@@ -147,6 +148,8 @@ def main(argv: list[str]) -> None:
   p.add_argument("--targets", default=",".join(TARGETS))
   p.add_argument("--results", default=RESULTS)
   p.add_argument("--table", default=TABLE)
+  p.add_argument("--fit", default="auto", choices=("auto", "off"),
+                 help="'off': each preset as shipped, without the search (one compile a row)")
   args = p.parse_args(argv)
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.FLAGS.mark_as_parsed()  # mlmjax's library reads absl flags; this script has none
@@ -160,7 +163,7 @@ def main(argv: list[str]) -> None:
     for target in args.targets.split(","):
       if (preset, target) in done:
         continue
-      result = row(preset, target)
+      result = row(preset, target, args.fit)
       print(json.dumps(result), flush=True)
       with open(args.results, "a", encoding="utf-8") as f:
         f.write(json.dumps(result) + "\n")
