@@ -113,6 +113,11 @@ def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh)
   return largest
 
 
+def _needs(nbytes: int) -> str:
+  """A candidate's memory in words: 'needs 3.20 GiB', or the compiler's refusal."""
+  return f"needs {nbytes / GiB:.2f} GiB" if nbytes < _TOO_BIG else "is too big for the compiler"
+
+
 def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
            budget: int) -> Choice:
   """The fewest micro-batches, then the least recomputation, that fit `budget` bytes per
@@ -124,21 +129,18 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
     if (k, remat) not in measured:
       candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
       measured[k, remat] = step_memory(candidate, vocab_size, mesh)
-      need_text = (f"needs {measured[k, remat] / GiB:.2f} GiB per device"
-                   if measured[k, remat] < _TOO_BIG else "is too big for the compiler")
-      logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB)", k, remat,
-                   need_text, budget / GiB)
+      logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)", k,
+                   remat, _needs(measured[k, remat]), budget / GiB)
     return measured[k, remat]
 
   low, high = 0, len(counts) - 1  # bisect for the fewest k that fits with 'full'
   least = need(counts[high], "full")
   if least > budget:
-    what = f"needs {least / GiB:.2f} GiB" if least < _TOO_BIG else "is too big for the compiler"
     raise errors.ConfigError(
         f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
         f" train.grad_accum_steps={counts[high]} (the most the batch allows) with"
-        f" model.remat='full' {what}: shard over more devices (config.mesh.shape), or use a"
-        " smaller model or row length")
+        f" model.remat='full' {_needs(least)}: shard over more devices (config.mesh.shape), or"
+        " use a smaller model or row length")
   while low < high:
     mid = (low + high) // 2
     if need(counts[mid], "full") <= budget:

@@ -18,6 +18,7 @@ import numpy as np
 
 from mlmjax.data import annotation
 from mlmjax.data.masking import cooccurrence
+from mlmjax.data.masking import syntax
 from mlmjax.models import special_ids
 
 MASK, RANDOM, KEPT = "[MASK]", "random", "kept"
@@ -75,16 +76,16 @@ def rows(out: dict, original: np.ndarray, pieces: list[str], count: int) -> list
   return views
 
 
+def _unit_ids(covered: np.ndarray, begins: np.ndarray) -> np.ndarray:
+  """[R, T] unit id (-1 outside): a new unit at each piece of `begins`."""
+  ids = np.cumsum(begins.reshape(-1)).reshape(begins.shape) - 1
+  return np.where(covered, ids, -1)
+
+
 def bio_units(codes: np.ndarray, seg: np.ndarray, maskable: np.ndarray) -> np.ndarray:
-  """[R, T] unit id (-1 outside) of BIO codes (annotation.py: odd = begins, even = inside):
-  a unit begins at a B, or where a run of codes starts or is cut by an unmaskable piece or a
-  sequence boundary."""
-  member = (codes > 0) & maskable
-  before = np.pad(member, ((0, 0), (1, 0)))[:, :-1]
-  new_seq = seg != np.pad(seg, ((0, 0), (1, 0)))[:, :-1]
-  begins = member & ((codes % 2 == 1) | ~before | new_seq)
-  ids = np.cumsum(begins.reshape(-1)).reshape(codes.shape) - 1
-  return np.where(member, ids, -1)
+  """[R, T] unit id (-1 outside) of the spans of BIO codes (syntax.bio_spans)."""
+  covered, linked = syntax.bio_spans(codes, seg, maskable)
+  return _unit_ids(covered, covered & ~linked)
 
 
 def summary(out: dict, original: np.ndarray, annotations: np.ndarray | None,
@@ -125,6 +126,4 @@ def ngram_unit_ids(original, seg, stats, table: cooccurrence.Cooccurrence) -> np
   maskable = (original >= special_ids.NUM_SPECIAL) & (seg > 0)
   starts, hashes = cooccurrence.word_hashes(original, seg, maskable, stats)
   heads, inside = cooccurrence.ngram_units(starts, hashes, seg, maskable, table)
-  begins = heads & inside
-  ids = np.cumsum(begins.reshape(-1)).reshape(begins.shape) - 1
-  return np.where(inside, ids, -1)
+  return _unit_ids(inside, heads & inside)

@@ -138,11 +138,17 @@ def units_and_weights(ann, seg, maskable, unit: str, max_words: int, pos_weights
   return heads, weight
 
 
-def ner_spans(ann, seg, maskable, wanted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  """-> covered, linked [R, T] (as entities.entity_spans): pieces of recognised entities with a
-  wanted label, and pieces in the same entity as their left neighbour."""
-  code = ann[..., annotation.ENTITY]
-  covered = maskable & wanted_codes[code]
-  inside = (code > 0) & (code % 2 == 0)
+def bio_spans(codes, seg, maskable) -> tuple[np.ndarray, np.ndarray]:
+  """BIO codes (annotation.py: odd begins, even continues, 0 outside) -> covered, linked [R, T]
+  (as entities.entity_spans): the maskable pieces in a span, and those in the same span as
+  their left neighbour (a span is cut by an unmaskable piece or a sequence boundary)."""
+  covered = maskable & (codes > 0)
+  inside = (codes > 0) & (codes % 2 == 0)
   linked = covered & inside & units.shift_right(covered, False) & ~_breaks(seg, maskable)
   return covered, linked
+
+
+def ner_spans(ann, seg, maskable, wanted_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """-> covered, linked [R, T] (bio_spans) of the recognised entities with a wanted label."""
+  code = ann[..., annotation.ENTITY]
+  return bio_spans(np.where(wanted_codes[code], code, 0), seg, maskable)
