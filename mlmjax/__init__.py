@@ -15,7 +15,7 @@ Commands (`python -m mlmjax.NAME`), each a thin module of flags and one call:
                collectives, kernel
 
 The library, imports running one way (a package never imports one above it):
-  finetuning/  tasks, examples, the classifier, the fine-tuning run
+  finetuning/  tasks of every kind, their heads and metrics, the fine-tuning run
   training/    the pretraining run, the shared loop and steps, optimizer, checkpoints, run folder
   hf/          Hugging Face conversion rules, export, import
   data/        sources, tokenizers, formats and packing, masking/, the grain pipeline,

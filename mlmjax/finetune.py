@@ -1,10 +1,15 @@
-"""Fine-tune a pretrained run on a classification or regression task; writes its dev metrics.
+"""Fine-tune a pretrained run on a downstream task; writes its dev metrics.
 
   python -m mlmjax.finetune --workdir=runs/tiny --task=kjv_testament
-  python -m mlmjax.finetune --workdir=runs/tiny --task=kjv_testament --init=random   # baseline
-  python -m mlmjax.finetune --workdir=runs/bert --task=glue/mrpc       # tfds, $TFDS_DATA_DIR
+  python -m mlmjax.finetune --workdir=runs/tiny --task=kjv_qa --init=random   # the baseline
+  python -m mlmjax.finetune --workdir=runs/bert --task=squad/v1.1      # tfds, $TFDS_DATA_DIR
   python -m mlmjax.finetune --workdir=runs/x --task=sentiment --train_file=train.csv \\
       --dev_file=dev.csv --text_fields=review [--regression] [--config.train.epochs=2]
+  python -m mlmjax.finetune --workdir=runs/x --task=ner --kind=token_classification \\
+      --train_file=train.conll --dev_file=dev.conll
+
+Task kinds: sequence classification and regression, token classification (NER), extractive
+question answering (SQuAD), multiple choice (RACE, SWAG) and sentence embeddings.
 
 The run lives in --output_dir (default WORKDIR/finetune/TASK, or TASK.random_init) and resumes
 there; its dev metrics go to OUTPUT/results.json and are printed as JSON. Tasks:
@@ -46,7 +51,11 @@ _TEXT_FIELDS = flags.DEFINE_string("text_fields", "", "The text field, or two fo
                                    " pairs (a,b); default: the task's, or 'text'.")
 _LABEL_FIELD = flags.DEFINE_string("label_field", "", "The label field (default 'label').")
 _REGRESSION = flags.DEFINE_bool("regression", False, "Your own task's labels are numbers to"
-                                " predict (Pearson/Spearman), not classes.")
+                                " predict (Pearson/Spearman), not classes (--kind=regression).")
+_KIND = flags.DEFINE_enum("kind", "", ["", *tasks.KINDS], "Your own task's kind (default:"
+                          " classification).")
+_TAG_NAMES = flags.DEFINE_string("tag_names", "", "token_classification files with numeric"
+                                 " tags: the tag of each number, comma-separated (O,B-PER,...).")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
 
 
@@ -60,7 +69,7 @@ def main(argv):
   random_init = _INIT.value == "random"
   with errors.reported_in_one_line(_VERBOSE.value):
     data = tasks.load(_TASK.value, _TRAIN_FILE.value, _DEV_FILE.value, _TEXT_FIELDS.value,
-                      _LABEL_FIELD.value, _REGRESSION.value)
+                      _LABEL_FIELD.value, _REGRESSION.value, _KIND.value, _TAG_NAMES.value)
     output = _OUTPUT_DIR.value or workdir_lib.Workdir(_WORKDIR.value).finetune(
         _TASK.value, random_init).path
     results = trainer.finetune(_CONFIG.value, _WORKDIR.value, data, output, random_init,

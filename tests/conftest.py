@@ -63,6 +63,21 @@ def tokenizer_path(corpus, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def wordpiece(corpus, tmp_path_factory):
+  """A BERT WordPiece tokenizer (lower-cased, accents stripped) learned from the corpus."""
+  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  wp = BertWordPieceTokenizer(lowercase=True)
+  wp.train_from_iterator(corpus[0][:100], vocab_size=400,
+                         special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+  folder = tmp_path_factory.mktemp("wordpiece")
+  wp.save_model(str(folder))
+  transformers.BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(str(folder))
+  return hf_tokenizer.HFTokenizer.load(str(folder))
+
+
+@pytest.fixture(scope="session")
 def vocab_stats_for_tests(tokenizer_path, corpus):
   """Word/frequency tables of the session tokenizer over the built-in training split."""
   from mlmjax.data import vocab_stats  # pylint: disable=g-import-not-at-top

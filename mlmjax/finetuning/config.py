@@ -28,9 +28,10 @@ def get_config() -> ml_collections.ConfigDict:
   # and on attention probabilities.
   config.model.dropout_rate = 0.1
   config.model.attention_dropout_rate = 0.1
-  # What the classifier reads: 'cls' (BERT: the [CLS] token's final state) or 'mean' (the
-  # average over the example's tokens).
-  config.model.pooling = "cls"
+  # What a sequence-level head reads (classification, multiple choice, embeddings): 'cls'
+  # (BERT: the [CLS] token's final state), 'mean' (the average over the example's tokens), or
+  # 'auto': 'mean' for sentence embeddings (sentence-transformers' default), 'cls' elsewhere.
+  config.model.pooling = "auto"
 
   config.train = ml_collections.ConfigDict()
   # Passes over the training set (BERT: 2-4); the steps are epochs x examples / batch_size.
@@ -59,6 +60,21 @@ def get_config() -> ml_collections.ConfigDict:
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
   config.train.checkpoint_every_steps = 1000
   config.train.max_checkpoints_to_keep = 1
+
+  # Extractive question answering (SQuAD; question_answering.py), as BERT's run_squad.
+  config.qa = ml_collections.ConfigDict()
+  # Question tokens kept (the rest is cut); the context gets the rest of the row.
+  config.qa.max_query_length = 64
+  # A context longer than its row is read in windows starting this many tokens apart.
+  config.qa.doc_stride = 128
+  # The longest answer decoded, in tokens, and how many best start / end tokens are paired.
+  config.qa.max_answer_length = 30
+  config.qa.n_best_size = 20
+
+  # Sentence embeddings (embeddings.py): the contrastive loss's temperature (cosine
+  # similarities are divided by it; sentence-transformers' default scale 20 is 0.05).
+  config.embedding = ml_collections.ConfigDict()
+  config.embedding.temperature = 0.05
 
   config.mesh = ml_collections.ConfigDict()
   # Device mesh shape over ('data', 'fsdp', 'tensor'), as for pretraining (-1: the remaining

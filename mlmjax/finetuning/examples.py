@@ -14,7 +14,6 @@ are small (GLUE's largest, MNLI, has 393k examples): they are read and encoded o
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import os
 
@@ -24,19 +23,12 @@ import numpy as np
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.errors import DataError
+from mlmjax.finetuning import records
 from mlmjax.models import special_ids
 
 
-@dataclasses.dataclass
-class Examples:
-  texts: list[tuple[str, ...]]  # per example, its one or two texts
-  labels: np.ndarray  # [N] int32 class ids, or float32 targets for regression
-
-  def __len__(self) -> int:
-    return len(self.texts)
-
-  def take(self, indices) -> "Examples":
-    return Examples([self.texts[i] for i in indices], self.labels[np.asarray(indices, np.int64)])
+# The examples this module reads and encodes (records.py).
+Examples = records.TextExamples
 
 
 # ---- reading -----------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from mlmjax.training import config_check
 from mlmjax.training import settings as run_settings
 
 OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
-POOLINGS = ("cls", "mean")
+POOLINGS = ("auto", "cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,12 @@ class FinetuneModel(typed_settings.Section):
       if not 0.0 <= getattr(self, key) < 1.0:
         raise ConfigError(f"model.{key}={getattr(self, key)} must be in [0, 1)")
     typed_settings.one_of("model.pooling", self.pooling, POOLINGS)
+
+  def pooling_for(self, kind: str) -> str:
+    """The pooling of a task kind: 'auto' is 'mean' for embeddings, 'cls' elsewhere."""
+    if self.pooling != "auto":
+      return self.pooling
+    return "mean" if kind == "embedding" else "cls"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +105,36 @@ class FinetuneTrain(typed_settings.Section):
 
 
 @dataclasses.dataclass(frozen=True)
+class QASettings(typed_settings.Section):
+  """config.qa: question answering's windows and decoding."""
+
+  KEY = "qa"
+
+  max_query_length: int
+  doc_stride: int
+  max_answer_length: int
+  n_best_size: int
+
+  def __post_init__(self):
+    for key in ("max_query_length", "doc_stride", "max_answer_length", "n_best_size"):
+      if getattr(self, key) < 1:
+        raise ConfigError(f"qa.{key}={getattr(self, key)} must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingSettings(typed_settings.Section):
+  """config.embedding: the contrastive loss of sentence embeddings."""
+
+  KEY = "embedding"
+
+  temperature: float
+
+  def __post_init__(self):
+    if not self.temperature > 0:
+      raise ConfigError(f"embedding.temperature={self.temperature} must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
 class FinetuneMesh(typed_settings.Section):
   """config.mesh of fine-tuning: the shape only (the rules are the pretrained run's)."""
 
@@ -118,6 +154,8 @@ class FinetuneSettings:
   data: FinetuneData
   model: FinetuneModel
   train: FinetuneTrain
+  qa: QASettings
+  embedding: EmbeddingSettings
   mesh: FinetuneMesh
 
   @classmethod
@@ -125,6 +163,8 @@ class FinetuneSettings:
     return cls(seed=int(config.seed), data=FinetuneData.from_config(config.data),
                model=FinetuneModel.from_config(config.model),
                train=FinetuneTrain.from_config(config.train),
+               qa=QASettings.from_config(config.qa),
+               embedding=EmbeddingSettings.from_config(config.embedding),
                mesh=FinetuneMesh.from_config(config.mesh))
 
   def to_config_dict(self, **records) -> ml_collections.ConfigDict:
@@ -132,12 +172,17 @@ class FinetuneSettings:
     trainer adds `run`, what was fine-tuned from what)."""
     return ml_collections.ConfigDict({**dataclasses.asdict(self), **records})
 
-  def check_against(self, pretrained: run_settings.RunSettings,
+  def check_against(self, pretrained: run_settings.RunSettings, kind: str = "",
                     num_devices: int | None = None, num_processes: int | None = None) -> None:
-    """The rules that need the pretrained run: its positions, and the batch on this mesh."""
+    """The rules that need the pretrained run and the task `kind`: the positions, the room
+    for a context after a question, and the batch on this mesh."""
     limit = pretrained.model.max_position_embeddings
     if not 5 <= self.data.seq_len <= limit:
       raise ConfigError(f"data.seq_len={self.data.seq_len} must be between 5 and the pretrained"
                         f" model's max_position_embeddings={limit}")
+    if kind == "question_answering" and self.data.seq_len < self.qa.max_query_length + 8:
+      raise ConfigError(f"data.seq_len={self.data.seq_len} leaves too little room for a context"
+                        f" after qa.max_query_length={self.qa.max_query_length} tokens: make it"
+                        " at least 8 more")
     config_check.check_batch_on_mesh(self.mesh.shape, self.train.batch_size, num_devices,
                                      num_processes)

@@ -1,8 +1,9 @@
 """finetune(...): one fine-tuning run, top to bottom.
 
-    pretrained run (config, tokenizer, checkpoint) + task examples -> encoded rows -> mesh +
-    sharded classifier state (encoder from the checkpoint, or random) -> restore? -> loop:
-    train step, [dev scores after every epoch], [checkpoint] -> results.json, curves.png
+    pretrained run (config, tokenizer, checkpoint) + task examples -> the task kind's rows
+    (kind.py) -> mesh + sharded state of the encoder and the kind's head (encoder from the
+    checkpoint, or random) -> restore? -> loop: train step, [dev scores after every epoch],
+    [checkpoint] -> results.json, curves.png
 
 It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
 (parallel/sharding.py), the sharded state and optimizer (training/train_state.py,
@@ -27,9 +28,6 @@ from flax import nnx
 
 from mlmjax import errors
 from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.finetuning import classifier
-from mlmjax.finetuning import examples as examples_lib
-from mlmjax.finetuning import glue_metrics
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.parallel import sharding
@@ -53,11 +51,27 @@ def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
   settings = FinetuneSettings.from_config(config)
   pre = workdir_lib.Workdir(pretrained)
   pre_settings = pre.load_config()
-  settings.check_against(pre_settings)  # before anything is written
+  settings.check_against(pre_settings, data.task.kind)  # before anything is written
   out = workdir_lib.Workdir(output)
   out.make_writable()
   with workdir_lock.WorkdirLock(out.lock, output):
     return _FineTuner(settings, pre, pre_settings, data, out, random_init, pretrained_step).run()
+
+
+def model_setup(settings: FinetuneSettings, pre: RunSettings, kind, vocab_size: int, mesh,
+                optimizer_settings) -> train_state.MeshSetup:
+  """The fine-tuning model of `kind` (kind.py) on the encoder of the pretrained run `pre`,
+  sharded on `mesh` by the pretrained run's rules, with its optimizer."""
+  # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
+  # loads as it is; the kind's head on top.
+  encoder = pre.replace(model={"dropout_rate": settings.model.dropout_rate,
+                               "attention_dropout_rate": settings.model.attention_dropout_rate})
+  return train_state.sharded_setup(
+      lambda: kind.model(
+          train_state.build_model(encoder.model, encoder.objective, encoder.data.format,
+                                  vocab_size, settings.seed, mesh),
+          encoder.model, settings.model, nnx.Rngs(params=settings.seed + 1)),
+      optimizer.make_optimizer(optimizer_settings), mesh, pre.mesh.rules, pre.model.scan_layers)
 
 
 class _BatchPosition:
@@ -82,8 +96,10 @@ class _FineTuner(loop.StepLoop):
                random_init: bool, pretrained_step: int | None):
     self.config, self.pre, self.data, self.out = settings, pre, data, out
     config = settings
+    self.kind = data.kind(settings)
     self.run_record = {"task": data.task.name, "init": "random" if random_init else "pretrained",
-                       "pretrained_workdir": pre.path, "pretrained_step": pretrained_step}
+                       "pretrained_workdir": pre.path, "pretrained_step": pretrained_step,
+                       **self.kind.record()}
     self._check_same_run()
     tok = tokenizer_lib.load(pre.saved_tokenizer())
     self._encode_examples(tok)
@@ -99,42 +115,32 @@ class _FineTuner(loop.StepLoop):
     self.checkpoint_every = config.train.checkpoint_every_steps
     self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
-    logging.info("Fine-tuning on %s: %d training / %d dev examples, %d steps (%g epochs of"
-                 " batch %d); mesh %s", data.task.name, self.num_train, len(data.dev),
-                 self.total, config.train.epochs, batch_size, dict(self.mesh.shape))
+    logging.info("Fine-tuning on %s (%s): %d training rows / %d dev examples, %d steps (%g"
+                 " epochs of batch %d); mesh %s", data.task.name, self.kind.name, self.num_train,
+                 len(data.dev), self.total, config.train.epochs, batch_size,
+                 dict(self.mesh.shape))
 
   def _encode_examples(self, tok) -> None:
     """The training examples (at most data.max_train_examples, drawn with the seed) and the
-    dev set, as fixed-length rows."""
+    dev set, as the kind's fixed-length rows (a QA example can be several)."""
     train, limit = self.data.train, self.config.data.max_train_examples
     if limit and len(train) > limit:
       rng = np.random.default_rng(self.config.seed)
       train = train.take(np.sort(rng.choice(len(train), limit, replace=False)))
-    self.num_train = len(train)
+    self.train_examples = len(train)
     seq_len = self.config.data.seq_len
-    self.train_rows = examples_lib.encode(train, tok, seq_len, "train")
-    self.dev_rows = examples_lib.encode(self.data.dev, tok, seq_len, "dev")
+    self.train_rows = self.kind.encode(train, tok, seq_len, "train").rows
+    self.num_train = len(self.train_rows["input_ids"])
+    self.dev_encoded = self.kind.encode(self.data.dev, tok, seq_len, "dev")
 
   def _make_steps(self, pre: RunSettings, vocab_size: int) -> None:
-    """The classifier's sharded state and its train and eval steps."""
-    config = self.config
-    # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
-    # loads as it is; the classifier's pooler and output layer on top.
-    encoder = pre.replace(model={"dropout_rate": config.model.dropout_rate,
-                                 "attention_dropout_rate": config.model.attention_dropout_rate})
-    optimizer_settings = config.train.optimizer_settings(self.total)
-    self.setup = train_state.sharded_setup(
-        lambda: classifier.SequenceClassifier(
-            train_state.build_model(encoder.model, encoder.objective, encoder.data.format,
-                                    vocab_size, config.seed, self.mesh),
-            encoder.model, self.data.num_outputs, nnx.Rngs(params=config.seed + 1),
-            config.model.pooling),
-        optimizer.make_optimizer(optimizer_settings), self.mesh, pre.mesh.rules,
-        pre.model.scan_layers)
-    self.train_step = steps.make_train_step(
-        self.setup, classifier.objective(self.data.task.regression), optimizer_settings,
-        config.seed)
-    self.eval_step = steps.make_eval_step(self.setup, lambda outputs_bk, batch: outputs_bk)
+    """The sharded state of the encoder and the kind's head, and its train and eval steps."""
+    optimizer_settings = self.config.train.optimizer_settings(self.total)
+    self.setup = model_setup(self.config, pre, self.kind, vocab_size, self.mesh,
+                             optimizer_settings)
+    self.train_step = steps.make_train_step(self.setup, self.kind.objective(),
+                                            optimizer_settings, self.config.seed)
+    self.eval_step = steps.make_eval_step(self.setup, lambda outputs, batch: outputs)
 
   def _check_same_run(self) -> None:
     """An output folder holds one fine-tuning run: another task, init or pretrained run there
@@ -189,22 +195,16 @@ class _FineTuner(loop.StepLoop):
   # ---- dev set -------------------------------------------------------------------------------
   def _dev_metrics(self, params) -> dict[str, float]:
     """Loss and the task's metrics over the whole dev set."""
-    n, batch_size = len(self.data.dev), self.config.train.batch_size
+    rows = self.dev_encoded.rows
+    n, batch_size = len(self.dev_encoded), self.config.train.batch_size
     outputs = []
     for first in range(0, n, batch_size):
       indices = np.arange(first, first + batch_size)
-      rows = self._local(self.dev_rows, np.minimum(indices, n - 1))
+      local = self._local(rows, np.minimum(indices, n - 1))
       outputs.append(np.asarray(jax.device_get(
-          self.eval_step(params, sharding.to_device(rows, self.mesh)))))
-    outputs_nk = np.concatenate(outputs)[:n]  # the padding rows (repeats of the last) dropped
-    labels = self.dev_rows["labels"]
-    if self.data.task.regression:
-      loss = float(np.mean(np.square(outputs_nk[:, 0] - labels)))
-    else:
-      shifted = outputs_nk - outputs_nk.max(1, keepdims=True)
-      log_probs = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
-      loss = float(-np.mean(log_probs[np.arange(n), labels]))
-    return {"loss": loss, **glue_metrics.compute(self.data.task.metrics, outputs_nk, labels)}
+          self.eval_step(params, sharding.to_device(local, self.mesh)))))
+    outputs = np.concatenate(outputs)[:n]  # the padding rows (repeats of the last) dropped
+    return self.kind.score(outputs, self.dev_encoded, self.data.dev)
 
   # ---- the loop's hooks (training/loop.StepLoop) --------------------------------------------
   def next_batch(self, step: int) -> dict:
@@ -221,7 +221,7 @@ class _FineTuner(loop.StepLoop):
       row = {"loss": self.interval["loss_sum"] / self.interval["count"],
              "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step),
              **self.throughput.update(step)}
-      if not self.data.task.regression:
+      if self.kind.train_accuracy:
         row["accuracy"] = self.interval["correct"] / self.interval["count"]
       self.interval.clear()
       parts = [f"step {step}/{self.total}", f"loss {row['loss']:.4f}",
@@ -251,7 +251,9 @@ class _FineTuner(loop.StepLoop):
     self.writer = metrics_lib.MetricWriter(self.out.metrics, self.out.tensorboard,
                                            resume_step=start)
     self.throughput = metrics_lib.Throughput(self.total)
-    self.throughput.set_shapes(self.config.train.batch_size * self.config.data.seq_len)
+    # Tokens a step: a multiple-choice example is K rows, an embedding pair 2.
+    self.throughput.set_shapes(self.config.train.batch_size *
+                               self.train_rows["input_ids"][0].size)
     self.interval: dict[str, float] = {}
     self.dev = None
     t0 = time.perf_counter()
@@ -272,11 +274,12 @@ class _FineTuner(loop.StepLoop):
     history = [{"step": r["step"], **{k[5:]: v for k, v in r.items() if k.startswith("eval/")}}
                for r in metrics_lib.rows(self.out.metrics) if any(k.startswith("eval/") for k in r)]
     results = {
-        **self.run_record, "output_dir": self.out.path, "train_examples": self.num_train,
-        "dev_examples": len(self.data.dev), "label_names": self.data.label_names,
-        "epochs": self.config.train.epochs, "steps": self.total,
-        "seq_len": self.config.data.seq_len, "headline_metric": self.data.task.metrics[0],
-        "dev": dev, "dev_majority_class_accuracy": tasks.majority_accuracy(self.data),
+        **self.run_record, "output_dir": self.out.path, "train_examples": self.train_examples,
+        "train_rows": self.num_train, "dev_examples": len(self.data.dev),
+        "label_names": self.data.label_names, "epochs": self.config.train.epochs,
+        "steps": self.total, "seq_len": self.config.data.seq_len,
+        "headline_metric": self.kind.headline, "dev": dev,
+        **{f"dev_{k}": v for k, v in self.kind.baseline(self.data.train, self.data.dev).items()},
         "dev_history": history}
     if jax.process_index() == 0:
       self.out.save_json(self.out.results, results)

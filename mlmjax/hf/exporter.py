@@ -18,6 +18,7 @@ tokenizer files, with the weights back in its ids. `verify` loads an export with
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -41,13 +42,17 @@ class ExportError(errors.UserError):
   pass
 
 
+def require_transformers():
+  """transformers (and safetensors), or a one-line error naming the extra."""
+  if not all(importlib.util.find_spec(m) for m in ("safetensors", "transformers")):
+    raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'")
+  import transformers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
+  return transformers
+
+
 def export(run, out: str) -> None:
   """Writes the export of `run` (a training/finished_run.FinishedRun) into `out`."""
-  try:
-    import transformers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
-    from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'") from None
+  transformers = require_transformers()
   if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
     raise ExportError(f"--out={out} exists and is not an empty folder")
   model_cfg, tok = run.settings.model, run.tokenizer
@@ -74,6 +79,16 @@ def export(run, out: str) -> None:
   if nsp:
     model_class = "BertForPreTraining"
   hf_config = transformers.AutoConfig.for_model(**settings, architectures=[model_class])
+  write(out, tok, model_cfg, hf_config, state)
+
+
+def write(out: str, tok, model_cfg, hf_config, state: dict[str, np.ndarray],
+          extra: dict[str, str] | None = None) -> None:
+  """The export folder: tokenizer files, config.json, model.safetensors and `extra` files
+  ({relative path: text}, e.g. sentence-transformers' module files)."""
+  from safetensors import numpy as safetensors_numpy  # pylint: disable=g-import-not-at-top
+  if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
+    raise ExportError(f"--out={out} exists and is not an empty folder")
   if isinstance(tok, hf_tokenizer.HFTokenizer):
     files = tok.files
   else:
@@ -86,12 +101,17 @@ def export(run, out: str) -> None:
   shutil.rmtree(tmp, ignore_errors=True)
   hf_tokenizer.write_files(files, tmp)
   hf_config.save_pretrained(tmp)
+  for name, text in (extra or {}).items():
+    os.makedirs(os.path.dirname(os.path.join(tmp, name)), exist_ok=True)
+    with open(os.path.join(tmp, name), "w", encoding="utf-8") as f:
+      f.write(text)
   weights = os.path.join(tmp, "model.safetensors")
   safetensors_numpy.save_file(state, weights, metadata={"format": "pt"})  # transformers: "pt"
   os.chmod(weights, 0o644)  # safetensors creates it owner-only, unlike the other files
   if remote:
     try:
-      for name in sorted(os.listdir(tmp), key=lambda n: n == "model.safetensors"):
+      local = [os.path.relpath(os.path.join(d, f), tmp) for d, _, fs in os.walk(tmp) for f in fs]
+      for name in sorted(local, key=lambda n: n == "model.safetensors"):
         paths.upload(os.path.join(tmp, name), paths.join(out, name))
     finally:
       shutil.rmtree(tmp, ignore_errors=True)

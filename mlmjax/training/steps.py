@@ -3,7 +3,7 @@
 A step is `(state, batch) -> (state, metrics)` on a `train_state.MeshSetup`; what it minimises is an
 `Objective`: the denominators of the loss over the whole global batch, the metric sums of a
 (micro-)batch, and the loss made from those sums. Pretraining's objective is the MLM (+ NSP,
-SBO, ELECTRA) loss of losses.py; fine-tuning's is the classifier's (finetuning/classifier.py).
+SBO, ELECTRA) loss of losses.py; fine-tuning's is its task kind's (finetuning/kind.py).
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from masking_cases import NLP
 from mlmjax.data import annotation
 from mlmjax.data import documents
 from mlmjax.data import formats
-from mlmjax.data import hf_tokenizer
 from mlmjax.data import prepared
 from mlmjax.data import sentences as sentences_lib
 from mlmjax.models import special_ids
@@ -24,20 +23,6 @@ TEXT = ("And Moses said: \u201cBehold,\u201d caf\u00e9 na\u00efve \u00c6sop! unt
 @pytest.fixture(scope="module")
 def annotator():
   return annotation.Annotator(NLP)
-
-
-@pytest.fixture(scope="module")
-def wordpiece(corpus, tmp_path_factory):
-  """A BERT WordPiece tokenizer (lower-cased, accents stripped) learned from the corpus."""
-  from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  wp = BertWordPieceTokenizer(lowercase=True)
-  wp.train_from_iterator(corpus[0][:100], vocab_size=400,
-                         special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
-  folder = tmp_path_factory.mktemp("wordpiece")
-  wp.save_model(str(folder))
-  transformers.BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(str(folder))
-  return hf_tokenizer.HFTokenizer.load(str(folder))
 
 
 def _words_of_pieces(tok, annotator, text):

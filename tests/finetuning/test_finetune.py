@@ -1,6 +1,7 @@
 """Fine-tuning, evaluation and plots of a real (briefly) pretrained run: on 8 fake devices in
 this process, and through the commands as a user runs them (subprocesses, one device)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,11 +19,15 @@ from mlmjax.data import run_input as input_lib
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import examples as examples_lib
+from mlmjax.finetuning import finished
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
+from mlmjax.hf import exporter
+from mlmjax.hf import heads
 from mlmjax.models import param_names
 from mlmjax.models import special_ids
+from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import loop
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases
@@ -237,3 +242,42 @@ def test_tokenizer_command(tmp_path):
   proc = _run("mlmjax.tokenizer", "encode", text)
   assert (proc.returncode, proc.stderr.strip()) == (
       1, "error: encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
+
+
+@pytest.mark.parametrize("task,hf_class", [
+    ("kjv_entities", "RoFormerForTokenClassification"),
+    ("kjv_qa", "RoFormerForQuestionAnswering"),
+    ("kjv_continuation", "RoFormerForMultipleChoice"),
+    ("kjv_retrieval", "RoFormerModel"),
+])
+def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretrained, tmp_path,
+                                                           monkeypatch):
+  """Each kind through the same machinery on 8 devices: a run stopped by a preemption notice
+  after step 3 and started again ends exactly where an uninterrupted run ends (same dev
+  scores, same parameters), and its model leaves as transformers' class with the same
+  outputs. (What each kind learns from a real pretraining run: docs/finetuning.md's table.)"""
+  data = tasks.load(task)
+  data = dataclasses.replace(data, train=data.train.take(range(48)), dev=data.dev.take(range(24)))
+  config = _finetune_config(batch_size=8, checkpoint_every_steps=3)
+  config.train.epochs = 1.0
+  config.qa.max_query_length = 24
+  full = trainer.finetune(config, pretrained, data, str(tmp_path / "full"))
+  # One row an example; a QA context longer than the row is several windows, each a row.
+  assert full["train_rows"] == 48 or task == "kjv_qa" and full["train_rows"] > 48
+  assert full["steps"] == full["train_rows"] // 8 and full["kind"] == data.task.kind
+  assert full["headline_metric"] in full["dev"]
+  real = checkpoint_lib.Checkpointer.reached_preemption
+  monkeypatch.setattr(checkpoint_lib.Checkpointer, "reached_preemption",
+                      lambda self, step: step == 3 or real(self, step))
+  assert trainer.finetune(config, pretrained, data, str(tmp_path / "resumed")) == {
+      "preempted_at_step": 3}
+  monkeypatch.setattr(checkpoint_lib.Checkpointer, "reached_preemption", real)
+  resumed = trainer.finetune(config, pretrained, data, str(tmp_path / "resumed"))
+  assert resumed["dev"] == full["dev"]
+  model, again = (finished.load(str(tmp_path / run)) for run in ("full", "resumed"))
+  assert model.step == again.step == full["steps"]
+  resumed_params = _flat(again.params)
+  for name, value in _flat(model.params).items():
+    np.testing.assert_array_equal(resumed_params[name], value, err_msg=name)
+  assert heads.export(model, str(tmp_path / "hf")) == hf_class
+  assert heads.verify(model, str(tmp_path / "hf")) <= exporter.TOLERANCE

@@ -74,7 +74,7 @@ def test_examples_from_csv_tsv_and_jsonl(tmp_path):
                     "premise,hypothesis", "gold")
   assert data.train.texts[0] == ("He came, and saw", "He saw")
   assert data.dev.texts == [('"Quoted" x', "y")]  # a .tsv keeps its quotes
-  assert data.label_names == ["maybe", "no", "yes"] and data.num_outputs == 3
+  assert data.label_names == ["maybe", "no", "yes"] and data.kind(None).num_outputs == 3
   assert data.train.labels.tolist() == [2, 1, 0] and data.dev.labels.tolist() == [1]
   assert data.task.metrics == ("accuracy", "matthews_corr")  # binary F1 dropped for 3 classes
   lines = [json.dumps({"text": f"verse {i}", "score": i / 2}) for i in range(5)]
@@ -82,8 +82,8 @@ def test_examples_from_csv_tsv_and_jsonl(tmp_path):
   data = tasks.load("similarity", str(tmp_path / "s.jsonl"), str(tmp_path / "s.jsonl"),
                     label_field="score", regression=True)
   assert data.train.labels.dtype == np.float32 and data.train.labels[3] == 1.5
-  assert data.num_outputs == 1 and data.task.metrics == ("pearson", "spearman")
-  assert tasks.majority_accuracy(data) is None
+  assert data.kind(None).num_outputs == 1 and data.task.metrics == ("pearson", "spearman")
+  assert data.kind(None).baseline(data.train, data.dev) == {}
 
 
 def test_encode_truncates_the_longer_text_first(tokenizer_path):
@@ -152,7 +152,7 @@ def test_glue_task_from_tfds(tmp_path, monkeypatch):
   monkeypatch.setenv("TFDS_DATA_DIR", str(tmp_path))
   # A GLUE task as the table defines them, on a dataset this test can prepare offline.
   monkeypatch.setitem(tasks.TASKS, "mlmjax_tiny_pairs", tasks.Task(
-      "mlmjax_tiny_pairs", ("sentence1", "sentence2"), ("f1", "accuracy")))
+      "mlmjax_tiny_pairs", text_fields=("sentence1", "sentence2"), metrics=("f1", "accuracy")))
   with _raises(f"--task=mlmjax_tiny_pairs: dataset 'mlmjax_tiny_pairs' is not prepared in"
                f" {tmp_path}; prepare it with `tfds build mlmjax_tiny_pairs"
                f" --file_format=array_record --data_dir={tmp_path}`, or set TFDS_DATA_DIR to"

@@ -101,12 +101,14 @@ def test_replace_makes_the_changed_sections_again_by_their_rules():
 @pytest.mark.parametrize("key,value,message", [
     ("data.max_train_examples", -1, "data.max_train_examples=-1 must be >= 0 (0: all)"),
     ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be in [0, 1)"),
-    ("model.pooling", "max", "model.pooling='max' is not one of cls, mean"),
+    ("model.pooling", "max", "model.pooling='max' is not one of auto, cls, mean"),
     ("train.optimizer", "muon", "train.optimizer='muon' is not one of adamw, lamb"),
     ("train.epochs", 0.0, "train.epochs must be > 0, train.learning_rate >= 0 and"
      " train.warmup_fraction in [0, 1)"),
     ("train.nonfinite_policy", "retry", "train.nonfinite_policy='retry' is not one of skip,"
      " stop"),
+    ("qa.doc_stride", 0, "qa.doc_stride=0 must be >= 1"),
+    ("embedding.temperature", 0.0, "embedding.temperature=0.0 must be > 0"),
 ])
 def test_the_finetuning_sections_refuse_bad_values_in_one_line(key, value, message):
   config = finetune_config.get_config()

@@ -1,0 +1,101 @@
+"""A fine-tuned model loaded back from its output folder, for export (hf/heads.py) and
+`python -m mlmjax.embed`: the settings it was trained with, its task kind and labels, the
+pretrained run's tokenizer, and one checkpoint's parameters on one device.
+
+The folder's config.json holds the fine-tuning settings and `run` (task, kind, labels, the
+pretrained run's folder); the encoder's shape and tokenizer are the pretrained run's, so that
+folder must still be where config.json says (by default the fine-tuning run lives inside it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from mlmjax import errors
+from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.finetuning import config as finetune_config
+from mlmjax.finetuning import kind as kind_lib
+from mlmjax.finetuning import tasks
+from mlmjax.finetuning import trainer
+from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
+from mlmjax.parallel import sharding
+from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import train_state
+from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.settings import RunSettings
+
+
+@dataclasses.dataclass
+class FinetunedModel:
+  settings: FinetuneSettings
+  record: dict  # config.json's `run`: task, kind, label names, the pretrained run
+  pretrained: RunSettings
+  tokenizer: tokenizer_lib.Tokenizer
+  kind: kind_lib.Kind
+  step: int
+  params: dict  # the fine-tuning model's parameters (the encoder's under "encoder")
+  setup: train_state.MeshSetup
+
+  @functools.cached_property
+  def _apply(self):
+    graphdef = self.setup.graphdef
+    return jax.jit(lambda params, batch: nnx.merge(graphdef, params)(batch))
+
+  def outputs(self, rows: dict[str, np.ndarray]) -> np.ndarray:
+    """The model's outputs (the kind's: logits, scores or embeddings) on encoded rows."""
+    return np.asarray(self._apply(self.params, rows))
+
+  def encode(self, examples) -> kind_lib.Encoded:
+    return self.kind.encode(examples, self.tokenizer, self.settings.data.seq_len, "input")
+
+
+def _settings(saved: dict) -> FinetuneSettings:
+  """The saved fine-tuning settings, read onto today's defaults (a run saved by an earlier
+  mlmjax lacks the keys added since)."""
+  config = finetune_config.get_config()
+  for section, values in saved.items():
+    if section in config and isinstance(values, dict):
+      config[section].update({k: tuple(v) if isinstance(v, list) else v
+                              for k, v in values.items() if k in config[section]})
+    elif section in config:
+      config[section] = values
+  return FinetuneSettings.from_config(ml_collections.ConfigDict(config))
+
+
+def load(path: str, step: int | None = None) -> FinetunedModel:
+  """Checkpoint `step` (default: the latest) of the fine-tuning run in `path`."""
+  out = workdir_lib.Workdir(path)
+  if not out.has_config():
+    raise errors.UserError(f"{path} holds no fine-tuning run (no {out.config})")
+  saved = out.saved_record()
+  if "run" not in saved:
+    raise errors.UserError(f"{path} holds a pretraining run, not a fine-tuning run")
+  record = saved["run"]
+  settings = _settings({k: v for k, v in saved.items() if k != "run"})
+  pre = workdir_lib.Workdir(record["pretrained_workdir"])
+  pre_settings = pre.load_config()
+  tok = tokenizer_lib.load(pre.saved_tokenizer())
+  known = tasks.TASKS.get(record["task"])
+  kind_name = record.get("kind") or (known.kind if known else "classification")
+  kind = tasks.make_kind(kind_name, settings, record.get("label_names", []))
+  mesh = sharding.make_mesh(FinetuneMesh((1, 1, 1)), devices=jax.devices()[:1])
+  optimizer_settings = settings.train.optimizer_settings(1)
+  setup = trainer.model_setup(settings, pre_settings, kind, tok.vocab_size, mesh,
+                              optimizer_settings)
+  ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
+                                     settings.train.max_checkpoints_to_keep)
+  try:
+    step = ckpt.latest_step() if step is None else step
+    if step is None or step not in ckpt.all_steps():
+      raise errors.UserError(f"{path} has no checkpoint" +
+                             ("" if step is None else f" of step {step}"))
+    state = ckpt.restore(step, setup.abstract_state).state
+  finally:
+    ckpt.close()
+  return FinetunedModel(settings, record, pre_settings, tok, kind, step, state["params"], setup)

@@ -1,0 +1,96 @@
+"""A kind of fine-tuning task: the one interface the trainer runs every task through.
+
+    examples (records.py) --encode--> Encoded rows --model + objective--> train steps
+    dev rows --model--> outputs [N, ...] --score--> {"loss", headline metric, ...}
+
+Kinds (each in its own module): classification.py (sequence classification and regression),
+token_classification.py (NER), question_answering.py (SQuAD), multiple_choice.py (RACE, SWAG),
+embeddings.py (contrastive sentence embeddings and retrieval). The trainer (trainer.py) knows
+nothing else about them: a new kind is one new module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from mlmjax.finetuning import records
+from mlmjax.training import steps
+
+
+@dataclasses.dataclass
+class Encoded:
+  """A split as fixed-length rows: `rows` go to the device (every array [N, ...], `weights` [N]
+  or [N, T]: 1 where an example, or a token, counts); `host` holds what scoring needs and the
+  model does not (character offsets, which example a window belongs to)."""
+
+  rows: dict[str, np.ndarray]
+  host: dict = dataclasses.field(default_factory=dict)
+
+  def __len__(self) -> int:
+    return len(self.rows["input_ids"])
+
+
+class Kind:
+  """The parts of one task kind. `headline` names the metric a task is judged by."""
+
+  name: str
+  headline: str
+  # The train progress line shows the share of right answers (the objective sums `correct`).
+  train_accuracy: bool = True
+
+  def encode(self, examples: records.Records, tok, seq_len: int, what: str) -> Encoded:
+    raise NotImplementedError
+
+  def model(self, encoder: nnx.Module, model_settings, finetune_model, rngs: nnx.Rngs
+            ) -> nnx.Module:
+    """The encoder with this kind's head; called with (batch, dropout_key, constrain_layer)."""
+    raise NotImplementedError
+
+  def objective(self) -> steps.Objective:
+    raise NotImplementedError
+
+  def score(self, outputs: np.ndarray, dev: Encoded, examples: records.Records
+            ) -> dict[str, float]:
+    """The dev loss and metrics from the model's outputs on every dev row (in order)."""
+    raise NotImplementedError
+
+  def baseline(self, train: records.Records, dev: records.Records) -> dict[str, float]:
+    """What a model that learned nothing scores (e.g. the majority class): the bar to beat."""
+    return {}
+
+  def record(self) -> dict:
+    """What a saved run must know to rebuild this kind's model (export, embed): its name and
+    output size."""
+    return {"kind": self.name}
+
+
+def flatten_groups(batch: dict) -> tuple[dict, tuple[int, int]]:
+  """Rows grouped per example ([B, K, T]: K options, or an embedding pair's 2 texts) -> one
+  [B*K, T] batch for the encoder, and (B, K) to restore the grouping of its outputs."""
+  b, k, t = batch["input_ids"].shape
+  return {key: v.reshape(b * k, t) if v.ndim == 3 else v for key, v in batch.items()}, (b, k)
+
+
+def weighted_sums(losses_b: jax.Array, correct_b: jax.Array, weights_b: jax.Array) -> dict:
+  """The sums every kind's objective reports: loss, right answers and their count."""
+  return {"loss_sum": jnp.sum(losses_b * weights_b), "count": jnp.sum(weights_b),
+          "correct": jnp.sum(correct_b * weights_b)}
+
+
+def mean_objective(sums) -> steps.Objective:
+  """An objective whose loss is the mean over the counted examples (or tokens) of the whole
+  global batch: `sums(outputs, batch)` returns weighted_sums."""
+  return steps.Objective(
+      global_counts=lambda batch: {"count": jnp.sum(batch["weights"])}, sums=sums,
+      loss=lambda s: s["loss_sum"] / jnp.maximum(s["count"], 1.0))
+
+
+def log_softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
+  """Host-side (dev scoring) log-probabilities, stable."""
+  shifted = logits - logits.max(axis, keepdims=True)
+  return shifted - np.log(np.exp(shifted).sum(axis, keepdims=True))
