@@ -1,13 +1,15 @@
 """Held-out MLM metrics of a run's checkpoint, printed as one JSON object.
 
   python -m mlmjax.evaluate --workdir=runs/tiny [--source=more_text.txt] [--step=N]
+      [--strategy=random]
 
 Without --source it scores the run's own held-out split, exactly as training's evaluations do
 (the same fixed batches and masks); with --source, every document of that text (the syntax of
 config.data.source). Masking is at `eval.mask_rate` (15% unless the run set it; --mask_rate
-overrides), whatever rate the run trained at, so runs compare. Prints loss, accuracy,
-perplexity, accuracy on [MASK] inputs, the constant-prediction baseline and, for pair formats,
-the NSP/SOP loss and accuracy.
+overrides), whatever rate the run trained at, so runs compare; with the run's own masking
+strategy, or --strategy's (random: runs trained with different strategies compare). Prints
+loss, accuracy, perplexity, accuracy on [MASK] inputs, the constant-prediction baseline and,
+for pair formats, the NSP/SOP loss and accuracy.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ _MASK_RATE = flags.DEFINE_float("mask_rate", None,
                                 "Mask rate (default: the run's eval.mask_rate, else 0.15).")
 _BATCHES = flags.DEFINE_integer("batches", None,
                                 "Batches to score (default: the run's train.eval_batches).")
+_STRATEGY = flags.DEFINE_string("strategy", None, "Masking strategy to score with (default: the"
+                                " run's); e.g. random, so runs trained with different strategies"
+                                " compare.")
 
 
 def _mesh(settings):
@@ -51,8 +56,10 @@ def _mesh(settings):
 
 
 def evaluate(path: str, source: str = "", step: int | None = None,
-             mask_rate: float | None = None, batches: int | None = None) -> dict:
-  """The metrics of checkpoint `step` (default: the latest) of the run in `path`."""
+             mask_rate: float | None = None, batches: int | None = None,
+             strategy: str | None = None) -> dict:
+  """The metrics of checkpoint `step` (default: the latest) of the run in `path`, masked at
+  `mask_rate` with `strategy` (default: the run's own)."""
   run_dir = workdir_lib.Workdir(path)
   run = finished_run.load(path, step, _mesh(run_dir.load_config()))
   settings = run.settings
@@ -60,6 +67,8 @@ def evaluate(path: str, source: str = "", step: int | None = None,
     settings = settings.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
   if batches is not None:
     settings = settings.replace(train={"eval_batches": batches})
+  if strategy is not None:
+    settings = settings.replace(masking={"strategy": strategy})
   run_input = input_lib.held_out_input(
       settings.data, settings.masking,
       input_lib.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
@@ -69,6 +78,7 @@ def evaluate(path: str, source: str = "", step: int | None = None,
                               phases_lib.plan(settings)[-1], run.setup.mesh)
   return {"workdir": path, "step": run.step, "source": source or settings.data.source,
           "documents": len(run_input.eval_source), "mask_rate": settings.eval.mask_rate,
+          "strategy": settings.masking.strategy,
           "batches": settings.train.eval_batches,
           **{k.removeprefix("eval/"): v for k, v in out.items()}}
 
@@ -79,7 +89,7 @@ def main(argv):
   metrics_lib.quiet_library_logs()
   with errors.reported_in_one_line():
     print(json.dumps(evaluate(_WORKDIR.value, _SOURCE.value, _STEP.value, _MASK_RATE.value,
-                              _BATCHES.value), indent=2))
+                              _BATCHES.value, _STRATEGY.value), indent=2))
 
 
 if __name__ == "__main__":

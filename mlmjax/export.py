@@ -8,6 +8,13 @@ BERT for learned positions, a RoFormer for rotary ones, ModernBERT for the moder
 ElectraForPreTraining for ELECTRA's discriminator (exporter.py). Then, when torch is
 installed, transformers loads the export and its MLM logits on a sample text must equal
 mlmjax's (`--verify=false` skips this).
+
+  python -m mlmjax.export --workdir=runs/tiny/finetune/kjv_qa --out=hf/tiny-qa
+
+exports a fine-tuning run with its head, as the matching transformers class
+(...ForQuestionAnswering, ...ForTokenClassification, ...ForMultipleChoice,
+...ForSequenceClassification; sentence embeddings in sentence-transformers' folder layout:
+hf/heads.py), verified the same way on a sample of the task's kind.
 """
 
 from __future__ import annotations
@@ -18,8 +25,10 @@ from absl import app
 from absl import flags
 
 from mlmjax import errors
+from mlmjax.finetuning import finished
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import exporter
+from mlmjax.hf import heads
 from mlmjax.training import finished_run
 from mlmjax.training import metrics
 
@@ -39,18 +48,32 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   with errors.reported_in_one_line():
+    if finished.is_finetuning_run(_WORKDIR.value):  # with its task head
+      model = finished.load(_WORKDIR.value, _STEP.value)
+      name = heads.export(model, _OUT.value)
+      print(f"fine-tuned checkpoint step {model.step} of {_WORKDIR.value}"
+            f" ({model.record['task']}, {model.kind.name}) -> {_OUT.value} ({name})")
+      _verify(lambda: f"max |output difference| {heads.verify(model, _OUT.value):.2e} on a"
+              f" sample {model.kind.name} input")
+      return
     run = finished_run.load(_WORKDIR.value, _STEP.value)
     exporter.export(run, _OUT.value)
     arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
     kind = _FAMILY_NAMES[arch.model_type]
     print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
           f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
-    if _VERIFY.value and importlib.util.find_spec("torch") is None:
-      print("not verified: torch is not installed (pip install -e '.[hf]')")
-    elif _VERIFY.value:
-      diff = exporter.verify(run, _OUT.value)
-      print(f"verified with transformers: max |logit difference| {diff:.2e} on"
+    _verify(lambda: f"max |logit difference| {exporter.verify(run, _OUT.value):.2e} on"
             f" {exporter.SAMPLE_TEXT!r}")
+
+
+def _verify(check) -> None:
+  """Unless --verify=false: `check()`'s comparison with transformers (it needs torch)."""
+  if not _VERIFY.value:
+    return
+  if importlib.util.find_spec("torch") is None:
+    print("not verified: torch is not installed (pip install -e '.[hf]')")
+  else:
+    print(f"verified with transformers: {check()}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import numpy as np
 
 from mlmjax.data import sources
 from mlmjax.errors import DataError
-from mlmjax.finetuning import pairs
+from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.records import ChoiceExamples
 
 _RACE_FEATURES = ("article", "questions", "options", "answers")
@@ -70,23 +70,24 @@ def read_file(path: str) -> ChoiceExamples:
   if not path.endswith((".csv", ".jsonl")):
     raise DataError(f"{path}: expected a .csv (SWAG's columns) or .jsonl file")
   choices = _Choices(path)
-  for i, record in enumerate(pairs.read_records(path)):
+  for i, record in enumerate(examples_lib.read_records(path)):
     where = f"{path}: record {i + 1}"
     if path.endswith(".csv"):
-      context = pairs.text_field(record, "sent1", where)
-      sent2 = pairs.text_field(record, "sent2", where)
+      context = examples_lib.text_field(record, "sent1", where)
+      sent2 = examples_lib.text_field(record, "sent2", where)
       endings = []
       while f"ending{len(endings)}" in record or len(endings) < 2:
-        endings.append(pairs.text_field(record, f"ending{len(endings)}", where))
+        endings.append(examples_lib.text_field(record, f"ending{len(endings)}", where))
       options = [f"{sent2} {ending}".strip() for ending in endings]
     else:
-      context = pairs.text_field(record, "context", where)
-      question = pairs.text_field(record, "question", where) if "question" in record else ""
-      raw = pairs.field(record, "options", where)
+      context = examples_lib.text_field(record, "context", where)
+      question = (examples_lib.text_field(record, "question", where) if "question" in record
+                  else "")
+      raw = examples_lib.field(record, "options", where)
       if not isinstance(raw, list):
         raise DataError(f"{where}: 'options' is not a list")
       options = [option_text(question, _text(option)) for option in raw]
-    choices.add(where, context, options, pairs.field(record, "label", where))
+    choices.add(where, context, options, examples_lib.field(record, "label", where))
   return choices.examples()
 
 

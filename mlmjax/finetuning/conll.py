@@ -16,7 +16,7 @@ import os
 import re
 
 from mlmjax.errors import DataError
-from mlmjax.finetuning import pairs
+from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.records import TaggedExamples
 
 TEXT_SUFFIXES = (".conll", ".txt", ".iob", ".tsv")
@@ -84,7 +84,7 @@ def _from_records(records, tag_names: list[str] | None, path: str) -> TaggedExam
   words, tags = [], []
   for i, record in enumerate(records):
     where = f"{path}: record {i + 1}"
-    tokens, ner_tags = (pairs.field(record, name, where) for name in ("tokens", "ner_tags"))
+    tokens, ner_tags = (examples_lib.field(record, name, where) for name in ("tokens", "ner_tags"))
     for name, value in (("tokens", tokens), ("ner_tags", ner_tags)):
       if not isinstance(value, list):
         raise DataError(f"{where}: {name!r} is not a list")
@@ -118,7 +118,7 @@ def read(path: str, tag_names: list[str] | None = None) -> TaggedExamples:
   if path.endswith(TEXT_SUFFIXES):
     examples = _read_text(path)
   elif path.endswith(".jsonl"):
-    examples = _from_records(pairs.read_records(path), tag_names, path)
+    examples = _from_records(examples_lib.read_records(path), tag_names, path)
   else:
     records, names = _read_parquet(path)
     examples = _from_records(records, tag_names if tag_names is not None else names, path)

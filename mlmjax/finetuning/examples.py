@@ -1,4 +1,5 @@
-"""Labelled examples of a fine-tuning task: read from tfds, CSV/TSV or JSONL, and encoded.
+"""Labelled examples of a fine-tuning task: read from tfds, CSV/TSV or JSONL, and encoded; and
+the reading of table files (`read_records`, `field`, `text_field`) every reader shares.
 
 An example is one text (single-sentence tasks) or two (sentence-pair tasks) and a label: a class
 id, or a number for regression. Encoded, it is one fixed-length row as BERT fine-tunes on:
@@ -52,29 +53,62 @@ def from_records(records, text_fields, label_field: str, context: str) -> tuple[
   return texts, labels
 
 
-def read_file(path: str, text_fields, label_field: str) -> tuple[list, list]:
-  """A .csv / .tsv file with a header row, or a .jsonl file of objects."""
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl")
+
+
+def read_records(path: str) -> list[dict]:
+  """The records of a .csv / .tsv file with a header row, or of a .jsonl file of objects.
+
+  A .tsv file's fields are separated by tabs alone (quotes are text, as in GLUE's files); a
+  .csv row shorter than the header has None for its missing fields."""
+  if not path.endswith(TABLE_SUFFIXES):
+    raise DataError(f"{path}: expected a .csv, .tsv or .jsonl file")
   if not os.path.isfile(path):
     raise DataError(f"{path}: no such file")
   try:
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
       if path.endswith(".jsonl"):
         records = []
         for n, line in enumerate(f, 1):
           if line.strip():
             try:
-              records.append(json.loads(line))
+              record = json.loads(line)
             except ValueError:
-              raise DataError(f"{path}:{n}: not a JSON object") from None
-      elif path.endswith((".csv", ".tsv")):
-        # GLUE's .tsv files hold unescaped quotes: tabs alone separate their fields.
-        tsv = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if path.endswith(".tsv") else {}
-        records = list(csv.DictReader(f, **tsv))
-      else:
-        raise DataError(f"{path}: expected a .csv, .tsv or .jsonl file")
+              record = None
+            if not isinstance(record, dict):
+              raise DataError(f"{path}:{n}: not a JSON object")
+            records.append(record)
+        return records
+      tsv = dict(delimiter="\t", quoting=csv.QUOTE_NONE) if path.endswith(".tsv") else {}
+      return list(csv.DictReader(f, **tsv))
   except UnicodeDecodeError as e:
     raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-  return from_records(records, text_fields, label_field, path)
+
+
+def field(record: dict, name: str, where: str):
+  """record[name]; a DataError starting with `where` when the record lacks it (a JSON null or a
+  short .csv row's missing value included)."""
+  if name not in record:
+    raise DataError(f"{where} has no field {name!r} (it has {', '.join(map(str, record))})")
+  if record[name] is None:
+    raise DataError(f"{where} has no value for {name!r}")
+  return record[name]
+
+
+def text_field(record: dict, name: str, where: str) -> str:
+  """record[name] as text, stripped (numbers as written); a list or an object is a DataError."""
+  value = field(record, name, where)
+  if isinstance(value, (list, dict)):
+    raise DataError(f"{where}: {name!r} is a {'list' if isinstance(value, list) else 'object'},"
+                    " not text")
+  if isinstance(value, bytes):
+    value = value.decode("utf-8", "replace")
+  return str(value).strip()
+
+
+def read_file(path: str, text_fields, label_field: str) -> tuple[list, list]:
+  """A .csv / .tsv file with a header row, or a .jsonl file of objects."""
+  return from_records(read_records(path), text_fields, label_field, path)
 
 
 def read_tfds(name: str, split: str, text_fields, label_field: str) -> tuple[list, list, list]:

@@ -68,6 +68,12 @@ def _settings(saved: dict) -> FinetuneSettings:
   return FinetuneSettings.from_config(ml_collections.ConfigDict(config))
 
 
+def is_finetuning_run(path: str) -> bool:
+  """Whether `path` holds a fine-tuning run (its config.json records what was fine-tuned)."""
+  out = workdir_lib.Workdir(path)
+  return out.has_config() and "run" in out.saved_record()
+
+
 def load(path: str, step: int | None = None) -> FinetunedModel:
   """Checkpoint `step` (default: the latest) of the fine-tuning run in `path`."""
   out = workdir_lib.Workdir(path)

@@ -152,8 +152,7 @@ class _FineTuner(loop.StepLoop):
       raise errors.UserError(f"{self.out.path} holds a pretraining run: give another"
                              " --output_dir")
     saved = saved["run"]
-    mine = {k: v for k, v in self.run_record.items() if k != "pretrained_step"}
-    if any(saved.get(k) != v for k, v in mine.items()):
+    if any(saved.get(k) != self.run_record[k] for k in ("task", "init", "pretrained_workdir")):
       raise errors.UserError(
           f"{self.out.path} holds a fine-tuning run of {saved.get('task')} ({saved.get('init')}"
           f" init from {saved.get('pretrained_workdir')}): give another --output_dir")
@@ -218,11 +217,12 @@ class _FineTuner(loop.StepLoop):
     for k in ("loss_sum", "correct", "count"):
       self.interval[k] = self.interval.get(k, 0.0) + float(m.get(k, 0.0))
     if step % self.config.train.log_every_steps == 0 or step == self.total:
-      row = {"loss": self.interval["loss_sum"] / self.interval["count"],
+      counted = max(self.interval["count"], 1.0)  # a tagging batch may label no token
+      row = {"loss": self.interval["loss_sum"] / counted,
              "learning_rate": float(m["learning_rate"]), "epoch": self._epoch(step),
              **self.throughput.update(step)}
       if self.kind.train_accuracy:
-        row["accuracy"] = self.interval["correct"] / self.interval["count"]
+        row["accuracy"] = self.interval["correct"] / counted
       self.interval.clear()
       parts = [f"step {step}/{self.total}", f"loss {row['loss']:.4f}",
                f"lr {row['learning_rate']:.2e}"]

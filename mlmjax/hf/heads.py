@@ -119,7 +119,8 @@ def _sentence_transformers_files(model) -> dict[str, str]:
   """sentence-transformers' module files: the encoder at the root, then its pooling."""
   pooling = model.settings.model.pooling_for("embedding")
   dim = model.pretrained.model.hidden_size
-  modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+  modules = [{"idx": 0, "name": "0", "path": "",
+              "type": "sentence_transformers.models.Transformer"},
              {"idx": 1, "name": "1", "path": "1_Pooling",
               "type": "sentence_transformers.models.Pooling"}]
   pool = {"word_embedding_dimension": dim, "pooling_mode_cls_token": pooling == "cls",

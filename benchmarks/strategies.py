@@ -1,0 +1,140 @@
+"""Which masking strategy helps which downstream task: every strategy on configs/tiny.py at equal
+steps, several seeds, scored by held-out MLM accuracy (at 15%, random masking) and by
+fine-tuning on the offline task of each kind (benchmarks/downstream.py's settings).
+
+  python benchmarks/strategies.py [--strategies=random,span,syntax] [--seeds=0,1,2]
+      [--steps=2000] [--tasks=kjv_entities,kjv_qa] [--out=runs/strategies]
+
+The built-in corpus is prepared once with word annotations (python -m mlmjax.prepare, spaCy's
+en_core_web_sm: `pip install -e '.[nlp]'`), so every arm reads the same tokens and the
+annotating strategies pay nothing for spaCy while training. Each (strategy, seed, steps) is one
+JSON row in benchmarks/strategies.jsonl (--rows): a row already there is not run again, so the
+study can be stopped and continued (it takes hours on a CPU). Then the table: mean +- sample standard
+deviation over the seeds, in percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+
+import downstream  # pylint: disable=g-import-not-at-top,wrong-import-position
+from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+ROWS = os.path.join(REPO, "benchmarks", "strategies.jsonl")
+
+# The eleven strategies of the masking literature, as mlmjax names and configures them.
+STRATEGIES = {
+    "static": {"strategy": "static", "static_strategy": "random"},  # BERT's fixed masks
+    "random": {"strategy": "random"},  # RoBERTa's dynamic masking: fresh every step
+    "whole_word": {"strategy": "whole_word"},
+    "span": {"strategy": "span"},
+    "entity": {"strategy": "entity", "entity_ner": True},  # recogniser + heuristic
+    "frequency": {"strategy": "frequency"},
+    "adaptive": {"strategy": "adaptive"},
+    "syntax": {"strategy": "syntax"},
+    "semantic": {"strategy": "semantic"},
+    "contextual": {"strategy": "contextual"},
+    "mixture": {"strategy": "mixture", "mixture": "random=0.5,span=0.25,whole_word=0.25"},
+}
+TASKS = ("kjv_corrupted", "kjv_entities", "kjv_qa", "kjv_continuation", "kjv_retrieval")
+
+
+def prepared(out: str) -> str:
+  """The built-in corpus prepared with the tiny config and word annotations (once)."""
+  folder = os.path.join(out, "prepared")
+  if not os.path.exists(os.path.join(folder, "manifest.json")):
+    subprocess.run([sys.executable, "-m", "mlmjax.prepare", "--source=builtin", f"--out={folder}",
+                    "--config=configs/tiny.py", "--config.masking.strategy=syntax",
+                    "--num_files=8"], cwd=REPO, check=True)
+  return folder
+
+
+def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks) -> dict:
+  config = tiny.get_config()
+  config.seed = seed
+  config.data.source = f"prepared:{data}"
+  config.masking.update(**STRATEGIES[strategy])
+  config.train.update(steps=steps, eval_every_steps=steps, checkpoint_every_steps=steps,
+                      warmup_steps=min(config.train.warmup_steps, steps // 10))
+  workdir = os.path.join(out, f"{strategy}.seed{seed}")
+  start = time.perf_counter()
+  train.train_and_evaluate(config, workdir)
+  minutes = (time.perf_counter() - start) / 60
+  # Held-out accuracy at 15% with random masking whatever the arm trained with, so arms compare.
+  held_out = evaluate.evaluate(workdir, strategy="random")
+  row = {"strategy": strategy, "seed": seed, "steps": steps, "train_minutes": round(minutes, 2),
+         "mlm_accuracy": round(held_out["mlm_accuracy"], 4)}
+  for task in tasks:
+    r = downstream.finetune(workdir, task)
+    row[task] = {"headline": r["headline_metric"], "kind": r["kind"],
+                 **{k: round(v, 4) for k, v in r["dev"].items()}}
+  return row
+
+
+def _mean_sd(values: list[float], scale: float) -> str:
+  if not values:
+    return "-"
+  sd = statistics.stdev(values) if len(values) > 1 else 0.0
+  return f"{scale * statistics.mean(values):.1f} ± {scale * sd:.1f}"
+
+
+def print_table(rows: list[dict], tasks) -> None:
+  head = " | ".join(f"`{t}` {next((r[t]['headline'] for r in rows if t in r), '')}"
+                    for t in tasks)
+  print(f"\n| strategy | seeds | steps | held-out MLM accuracy | {head} |")
+  print("|---" * (4 + len(tasks)) + "|")
+  for strategy in dict.fromkeys(r["strategy"] for r in rows):
+    runs = [r for r in rows if r["strategy"] == strategy]
+    cells = []
+    for t in tasks:
+      scored = [r[t] for r in runs if t in r]
+      scale = 1.0 if scored and scored[0]["kind"] == "question_answering" else 100.0
+      cells.append(_mean_sd([s[s["headline"]] for s in scored], scale))
+    print(f"| {strategy} | {len(runs)} | {runs[0]['steps']} |"
+          f" {_mean_sd([r['mlm_accuracy'] for r in runs], 100.0)} | {' | '.join(cells)} |")
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--strategies", default=",".join(STRATEGIES))
+  parser.add_argument("--seeds", default="0,1,2")
+  parser.add_argument("--steps", type=int, default=tiny.get_config().train.steps)
+  parser.add_argument("--tasks", default=",".join(TASKS))
+  parser.add_argument("--out", default="runs/strategies")
+  parser.add_argument("--rows", default=ROWS, help="the study's rows (read, then appended)")
+  parser.add_argument("--table_only", action="store_true", help="print the rows' table only")
+  args = parser.parse_args()
+  metrics.quiet_library_logs()
+  tasks = args.tasks.split(",")
+  rows = [json.loads(line) for line in open(args.rows)] if os.path.exists(args.rows) else []
+  if not args.table_only:
+    data = prepared(args.out)
+    # Seed by seed through the strategies, so that a change in the machine's load hits all.
+    for seed in map(int, args.seeds.split(",")):
+      for strategy in args.strategies.split(","):
+        if any((r["strategy"], r["seed"], r["steps"]) == (strategy, seed, args.steps)
+               for r in rows):
+          continue
+        row = arm(strategy, seed, args.steps, data, args.out, tasks)
+        rows.append(row)
+        with open(args.rows, "a", encoding="utf-8") as f:
+          f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+  print_table([r for r in rows if r["steps"] == args.steps], tasks)
+
+
+if __name__ == "__main__":
+  main()
