@@ -119,6 +119,7 @@ def main():
   args = parser.parse_args()
   metrics.quiet_library_logs()
   tasks = args.tasks.split(",")
+  args.out = os.path.abspath(args.out)  # the prepare command runs in the repository
   rows = [json.loads(line) for line in open(args.rows)] if os.path.exists(args.rows) else []
   if not args.table_only:
     data = prepared(args.out)

@@ -13,7 +13,6 @@ fine-tuning run of kind `embedding` (`--task=kjv_retrieval`, or your pairs with
 from __future__ import annotations
 
 import io
-import json
 import time
 
 from absl import app
@@ -23,6 +22,7 @@ import numpy as np
 
 from mlmjax import errors
 from mlmjax import paths
+from mlmjax.finetuning import examples
 from mlmjax.finetuning import finished
 from mlmjax.finetuning import multiple_choice
 from mlmjax.training import metrics
@@ -36,29 +36,30 @@ _NORMALIZE = flags.DEFINE_bool("normalize", True, "Unit-length vectors.")
 
 
 def read_texts(path: str, field: str) -> list[str]:
-  """The texts of `path`: its lines, or one field of each JSON object of a .jsonl file."""
+  """The texts of `path`: its lines, or one field of each object of a .jsonl file."""
+  if path.endswith(".jsonl"):
+    return [examples.text_field(r, field, f"{path}: record {i + 1}")
+            for i, r in enumerate(examples.read_records(path))]
   if not paths.exists(path):
     raise errors.DataError(f"{path}: no such file")
-  lines = paths.read_bytes(path).decode("utf-8", "replace").splitlines()
-  if not path.endswith(".jsonl"):
-    return lines
-  texts = []
-  for n, line in enumerate(lines, 1):
-    if line.strip():
-      try:
-        texts.append(str(json.loads(line)[field]))
-      except (ValueError, TypeError, KeyError):
-        raise errors.DataError(f"{path}:{n}: not a JSON object with a {field!r} field") from None
-  return texts
+  try:
+    return paths.read_bytes(path).decode("utf-8").splitlines()
+  except UnicodeDecodeError as e:
+    raise errors.DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def check_kind(record: dict) -> None:
+  """A one-line error unless the fine-tuning run of `record` trained sentence embeddings."""
+  kind = record.get("kind", "classification")
+  if kind != "embedding":
+    raise errors.UserError(f"{record['task']} is a {kind} run; embedding needs a"
+                           " sentence-embedding run (--task=kjv_retrieval, or --kind=embedding)")
 
 
 def embed(model: finished.FinetunedModel, texts: list[str], batch_size: int = 64,
           normalize: bool = True) -> np.ndarray:
   """[N, D] float32 embeddings of `texts` (a fine-tuned model of kind `embedding`)."""
-  if model.kind.name != "embedding":
-    raise errors.UserError(f"{model.record['task']} is a {model.kind.name} run; embedding"
-                           " needs a sentence-embedding run (--task=kjv_retrieval, or"
-                           " --kind=embedding)")
+  check_kind(model.record)
   seq_len = model.settings.data.seq_len
   out, t0 = [], time.perf_counter()
   for first in range(0, len(texts), batch_size):
@@ -82,7 +83,10 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   metrics.quiet_library_logs()
   with errors.reported_in_one_line():
+    if _BATCH_SIZE.value < 1:
+      raise errors.UserError(f"--batch_size={_BATCH_SIZE.value} must be >= 1")
     texts = read_texts(_INPUT.value, _FIELD.value)
+    check_kind(finished.saved_record(_MODEL.value))  # before loading the checkpoint
     model = finished.load(_MODEL.value)
     vectors = embed(model, texts, _BATCH_SIZE.value, _NORMALIZE.value)
     buffer = io.BytesIO()

@@ -97,7 +97,8 @@ def _decompress(path: str, out: str) -> None:
     raise DataError(f"{path}: not a valid zstd file, or cut short ({e})") from None
 
 
-def _pyarrow(path: str):
+def pyarrow_for(path: str):
+  """pyarrow (with .parquet and .ipc), or a one-line DataError naming `path` and the extra."""
   try:
     import pyarrow  # pylint: disable=g-import-not-at-top
     import pyarrow.ipc  # pylint: disable=g-import-not-at-top,unused-import
@@ -109,7 +110,7 @@ def _pyarrow(path: str):
 
 
 def _check_column(path: str, schema, text_field: str) -> None:
-  pa = _pyarrow(path)
+  pa = pyarrow_for(path)
   if text_field not in schema.names:
     raise DataError(f"{path}: no column {text_field!r} (it has {', '.join(schema.names)});"
                     " name the text column with data.text_field")
@@ -120,7 +121,7 @@ def _check_column(path: str, schema, text_field: str) -> None:
 
 
 def _parquet_batches(path: str, text_field: str):
-  pa = _pyarrow(path)
+  pa = pyarrow_for(path)
   try:
     with paths.open(path, "rb") as f:
       table = pa.parquet.ParquetFile(f)
@@ -132,7 +133,7 @@ def _parquet_batches(path: str, text_field: str):
 
 
 def _arrow_batches(path: str, text_field: str):
-  pa = _pyarrow(path)
+  pa = pyarrow_for(path)
   try:
     state = json.loads(paths.read_text(paths.join(path, "state.json")))
     files = [paths.join(path, f["filename"]) for f in state["_data_files"]]

@@ -24,7 +24,7 @@ _RACE_FEATURES = ("article", "questions", "options", "answers")
 
 
 def _text(value) -> str:
-  return (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)).strip()
+  return examples_lib.as_text(value).strip()
 
 
 def option_text(question: str, option: str) -> str:

@@ -15,6 +15,7 @@ import json
 import os
 import re
 
+from mlmjax.data import streamed
 from mlmjax.errors import DataError
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.records import TaggedExamples
@@ -67,10 +68,9 @@ def _hf_tag_names(schema) -> list[str] | None:
 
 def _read_parquet(path: str) -> tuple[list[dict], list[str] | None]:
   """(records of tokens and ner_tags, tag names from the file's metadata or None)."""
-  import pyarrow  # pylint: disable=g-import-not-at-top  (only for .parquet files)
-  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+  pyarrow = streamed.pyarrow_for(path)  # one line when pyarrow is missing
   try:
-    table = pq.read_table(path)
+    table = pyarrow.parquet.read_table(path)
   except (OSError, pyarrow.ArrowException) as e:
     raise DataError(f"{path}: not a Parquet file ({e})") from None
   for name in ("tokens", "ner_tags"):

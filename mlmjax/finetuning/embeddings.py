@@ -72,6 +72,7 @@ class Embedding(kind_lib.Kind):
     rows = multiple_choice.encode_groups(
         [[(a,), (p,)] for a, p in zip(examples.anchors, examples.positives)], tok, seq_len, what)
     rows["weights"] = np.ones(len(examples), np.float32)
+    rows["pair_ids"] = np.arange(len(examples), dtype=np.int32)
     return kind_lib.Encoded(rows)
 
   def model(self, encoder, model_settings, finetune_model, rngs):
@@ -83,6 +84,10 @@ class Embedding(kind_lib.Kind):
       # device's pairs are negatives for every other's.
       sim_bb = self.scale * _unit(emb_bkd[:, 0]) @ _unit(emb_bkd[:, 1]).T
       right_b = jnp.arange(sim_bb.shape[0])
+      # A pair twice in one batch (batches run across epoch ends) is not its own negative.
+      ids_b = batch["pair_ids"]
+      twin_bb = (ids_b[:, None] == ids_b[None, :]) & (right_b[:, None] != right_b[None, :])
+      sim_bb = jnp.where(twin_bb, -jnp.inf, sim_bb)
       return kind_lib.weighted_sums(losses.cross_entropy(sim_bb, right_b),
                                     jnp.argmax(sim_bb, -1) == right_b, batch["weights"])
     return kind_lib.mean_objective(sums)

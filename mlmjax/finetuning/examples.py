@@ -24,6 +24,7 @@ import numpy as np
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.errors import DataError
+from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import records
 from mlmjax.models import special_ids
 
@@ -33,7 +34,8 @@ Examples = records.TextExamples
 
 
 # ---- reading -----------------------------------------------------------------------------------
-def _text(value) -> str:
+def as_text(value) -> str:
+  """A record's value as text (tfds gives bytes; numbers as written)."""
   return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -46,8 +48,9 @@ def from_records(records, text_fields, label_field: str, context: str) -> tuple[
       raise DataError(f"{context}: record {i + 1} has no field {missing[0]!r} (it has"
                       f" {', '.join(map(str, record))}); name the fields with --text_fields and"
                       " --label_field")
-    texts.append(tuple(_text(record[f]).strip() for f in text_fields))
-    labels.append(record[label_field])
+    where = f"{context}: record {i + 1}"  # a short .csv row or a null: no value
+    texts.append(tuple(text_field(record, f, where) for f in text_fields))
+    labels.append(field(record, label_field, where))
   if not texts:
     raise DataError(f"{context}: no examples")
   return texts, labels
@@ -101,9 +104,7 @@ def text_field(record: dict, name: str, where: str) -> str:
   if isinstance(value, (list, dict)):
     raise DataError(f"{where}: {name!r} is a {'list' if isinstance(value, list) else 'object'},"
                     " not text")
-  if isinstance(value, bytes):
-    value = value.decode("utf-8", "replace")
-  return str(value).strip()
+  return as_text(value).strip()
 
 
 def read_file(path: str, text_fields, label_field: str) -> tuple[list, list]:
@@ -176,9 +177,7 @@ def encode(examples: Examples, tok: tokenizer_lib.Tokenizer, seq_len: int,
   """Model inputs [N, seq_len] and `labels`, `weights` [N] (1: a real example)."""
   n, num_texts = len(examples), len(examples.texts[0])
   per_text = [tok.encode([t[j] for t in examples.texts]) for j in range(num_texts)]
-  input_ids = np.zeros((n, seq_len), np.int32)
-  types = np.zeros((n, seq_len), np.int32)
-  lengths = np.zeros(n, np.int32)
+  rows, types = [], []
   truncated = 0
   for i in range(n):
     pieces = [ids[i] for ids in per_text]
@@ -188,11 +187,9 @@ def encode(examples: Examples, tok: tokenizer_lib.Tokenizer, seq_len: int,
     for j, (p, k) in enumerate(zip(pieces, keep)):
       row += list(p[:k]) + [special_ids.SEP_ID]
       row_types += [j] * (k + 1)
-    input_ids[i, :len(row)], types[i, :len(row)], lengths[i] = row, row_types, len(row)
+    rows.append(row)
+    types.append(row_types)
   if truncated:
     logging.info("%s: %d of %d examples truncated to %d tokens", what, truncated, n, seq_len)
-  positions = np.arange(seq_len, dtype=np.int32)
-  return {"input_ids": input_ids, "token_type_ids": types,
-          "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
-          "positions": np.broadcast_to(positions, (n, seq_len)).copy(),
+  return {**kind_lib.padded_rows(rows, types, seq_len),
           "labels": examples.labels, "weights": np.ones(n, np.float32)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 
 import jax
 import ml_collections
@@ -18,6 +19,7 @@ import numpy as np
 from flax import nnx
 
 from mlmjax import errors
+from mlmjax import paths
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import kind as kind_lib
@@ -74,22 +76,42 @@ def is_finetuning_run(path: str) -> bool:
   return out.has_config() and "run" in out.saved_record()
 
 
-def load(path: str, step: int | None = None) -> FinetunedModel:
-  """Checkpoint `step` (default: the latest) of the fine-tuning run in `path`."""
+def saved_record(path: str) -> dict:
+  """The run record (task, kind, labels, the pretrained run) of the fine-tuning run in `path`,
+  or a one-line error when there is none."""
   out = workdir_lib.Workdir(path)
   if not out.has_config():
     raise errors.UserError(f"{path} holds no fine-tuning run (no {out.config})")
   saved = out.saved_record()
   if "run" not in saved:
     raise errors.UserError(f"{path} holds a pretraining run, not a fine-tuning run")
-  record = saved["run"]
+  return _with_labels(out, saved["run"])
+
+
+def _with_labels(out: workdir_lib.Workdir, record: dict) -> dict:
+  """The run record with its kind and labels. A run fine-tuned before mlmjax had task kinds
+  (sequence classification or regression only) recorded them in results.json alone."""
+  if "kind" in record:
+    return record
+  if not paths.exists(out.results):
+    raise errors.UserError(f"{out.path}: a fine-tuning run of an earlier mlmjax without its"
+                           " results.json; finish it (run the same finetune command) first")
+  finished = json.loads(paths.read_text(out.results))
+  regression = "pearson" in finished.get("dev", {})
+  return {**record, "kind": "regression" if regression else "classification",
+          "label_names": finished.get("label_names", [])}
+
+
+def load(path: str, step: int | None = None) -> FinetunedModel:
+  """Checkpoint `step` (default: the latest) of the fine-tuning run in `path`."""
+  out = workdir_lib.Workdir(path)
+  record = saved_record(path)
+  saved = out.saved_record()
   settings = _settings({k: v for k, v in saved.items() if k != "run"})
   pre = workdir_lib.Workdir(record["pretrained_workdir"])
   pre_settings = pre.load_config()
   tok = tokenizer_lib.load(pre.saved_tokenizer())
-  known = tasks.TASKS.get(record["task"])
-  kind_name = record.get("kind") or (known.kind if known else "classification")
-  kind = tasks.make_kind(kind_name, settings, record.get("label_names", []))
+  kind = tasks.make_kind(record["kind"], settings, record.get("label_names", []))
   mesh = sharding.make_mesh(FinetuneMesh((1, 1, 1)), devices=jax.devices()[:1])
   optimizer_settings = settings.train.optimizer_settings(1)
   setup = trainer.model_setup(settings, pre_settings, kind, tok.vocab_size, mesh,

@@ -6,7 +6,8 @@
 Kinds (each in its own module): classification.py (sequence classification and regression),
 token_classification.py (NER), question_answering.py (SQuAD), multiple_choice.py (RACE, SWAG),
 embeddings.py (contrastive sentence embeddings and retrieval). The trainer (trainer.py) knows
-nothing else about them: a new kind is one new module.
+nothing else about them. A new kind is its module, its name in tasks.KINDS / make_kind, and,
+to leave for Hugging Face, its class in hf/heads.py.
 """
 
 from __future__ import annotations
@@ -64,9 +65,33 @@ class Kind:
     return {}
 
   def record(self) -> dict:
-    """What a saved run must know to rebuild this kind's model (export, embed): its name and
-    output size."""
+    """What a saved run must know to rebuild this kind's model (export, embed): its name, and
+    its labels where it has them."""
     return {"kind": self.name}
+
+
+def padded_rows(pieces: list[list[int]], token_types: list[list[int]], seq_len: int
+                ) -> dict[str, np.ndarray]:
+  """Model inputs [N, seq_len] of rows of piece ids (each [CLS] ... [SEP], at most seq_len) and
+  their token types: padded with 0, segment id 1 on the real tokens (0 on padding, which
+  attention then ignores), positions 0..T-1."""
+  n = len(pieces)
+  input_ids = np.zeros((n, seq_len), np.int32)
+  types = np.zeros((n, seq_len), np.int32)
+  for i, (row, row_types) in enumerate(zip(pieces, token_types)):
+    input_ids[i, :len(row)], types[i, :len(row)] = row, row_types
+  lengths = np.asarray([len(row) for row in pieces])
+  positions = np.arange(seq_len, dtype=np.int32)
+  return {"input_ids": input_ids, "token_type_ids": types,
+          "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
+          "positions": np.broadcast_to(positions, (n, seq_len)).copy()}
+
+
+def text_starts(text: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+  """Piece starts (tok.encode_offsets) moved past leading spaces: sentencepiece's "▁" covers
+  the space before a word, and a word (or an answer) starts at its first character."""
+  return np.asarray([s + len(text[s:e]) - len(text[s:e].lstrip()) for s, e in zip(starts, ends)],
+                    np.int64)
 
 
 def flatten_groups(batch: dict) -> tuple[dict, tuple[int, int]]:

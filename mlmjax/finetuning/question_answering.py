@@ -50,13 +50,6 @@ class SpanExtractor(nnx.Module):
     return self.qa_outputs(hidden_btd).astype(jnp.float32)
 
 
-def _text_starts(text: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-  """Piece starts moved past leading spaces (sentencepiece's "▁" covers the space before a
-  word; an answer's text, and a decoded one, start at the word)."""
-  return np.asarray([s + len(text[s:e]) - len(text[s:e].lstrip()) for s, e in zip(starts, ends)],
-                    np.int64)
-
-
 def _answer_tokens(starts: np.ndarray, ends: np.ndarray, answer: tuple[str, int]
                    ) -> tuple[int, int]:
   """The first and last context piece overlapping the answer's characters."""
@@ -77,13 +70,16 @@ class QuestionAnswering(kind_lib.Kind):
     self.settings, self.unanswerable = qa_settings, unanswerable
 
   def windows(self, n: int, budget: int) -> list[tuple[int, int]]:
-    """[start, end) of each window of `budget` tokens over a context of `n`."""
+    """[start, end) of each window of `budget` tokens over a context of `n`: qa.doc_stride
+    apart, but at most half a window, so that windows overlap and an answer across one
+    window's end lies whole in the next (BERT's doc_stride 128 assumes 384-token rows)."""
+    stride = max(1, min(self.settings.doc_stride, budget // 2))
     out, start = [], 0
     while True:
       out.append((start, min(start + budget, n)))
       if start + budget >= n:
         return out
-      start += min(self.settings.doc_stride, budget)
+      start += stride
 
   def encode(self, examples, tok, seq_len, what):
     questions = [q[:self.settings.max_query_length] for q in tok.encode(examples.questions)]
@@ -91,7 +87,7 @@ class QuestionAnswering(kind_lib.Kind):
     rows = {k: [] for k in ("input_ids", "token_type_ids", "start_positions", "end_positions")}
     offsets, example_index = [], []
     for i, (q, (ids, starts, ends)) in enumerate(zip(questions, contexts)):
-      starts = _text_starts(examples.contexts[i], starts, ends)
+      starts = kind_lib.text_starts(examples.contexts[i], starts, ends)
       first_context = len(q) + 2  # after [CLS] question [SEP]
       answer = (_answer_tokens(starts, ends, examples.answers[i][0]) if examples.answers[i]
                 else (-1, -1))
@@ -107,14 +103,7 @@ class QuestionAnswering(kind_lib.Kind):
         offsets.append(span)
         example_index.append(i)
     n = len(example_index)
-    padded = {k: np.zeros((n, seq_len), np.int32) for k in ("input_ids", "token_type_ids")}
-    for k, array in padded.items():
-      for r, row in enumerate(rows[k]):
-        array[r, :len(row)] = row
-    lengths = np.asarray([len(r) for r in rows["input_ids"]])
-    positions = np.arange(seq_len, dtype=np.int32)
-    out = {**padded, "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
-           "positions": np.broadcast_to(positions, (n, seq_len)).copy(),
+    out = {**kind_lib.padded_rows(rows["input_ids"], rows["token_type_ids"], seq_len),
            "start_positions": np.asarray(rows["start_positions"], np.int32),
            "end_positions": np.asarray(rows["end_positions"], np.int32),
            "weights": np.ones(n, np.float32)}

@@ -16,13 +16,10 @@ import os
 
 from mlmjax.data import sources
 from mlmjax.errors import DataError
+from mlmjax.finetuning.examples import as_text as _text
 from mlmjax.finetuning.records import QAExamples
 
 _FEATURES = ("id", "question", "context", "answers")
-
-
-def _text(value) -> str:
-  return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class _Questions:

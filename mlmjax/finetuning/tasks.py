@@ -10,7 +10,7 @@
   from tfds (a prepared array_record dataset under $TFDS_DATA_DIR, as for pretraining sources):
     glue/NAME                                       GLUE (also from --train_file/--dev_file)
     squad/v1.1, squad/v2.0                          SQuAD (also the official JSON files)
-    race/high, race/middle                          RACE
+    race/high, race/middle, race/all                RACE
   your own --train_file and --dev_file, with --kind:
     classification | regression   .csv, .tsv (header row) or .jsonl: --text_fields (one, or two
                                   for pairs), --label_field
@@ -91,6 +91,7 @@ TASKS = {t.name: t for t in (
     Task("squad/v2.0", "question_answering"),
     Task("race/high", "multiple_choice", dev_split="dev"),
     Task("race/middle", "multiple_choice", dev_split="dev"),
+    Task("race/all", "multiple_choice", dev_split="dev"),  # high, then middle
 )}
 
 
@@ -144,6 +145,12 @@ def load(name: str, train_file: str = "", dev_file: str = "", text_fields: str =
                 glue_metrics.CLASSIFICATION)
   elif kind and kind != task.kind:
     raise DataError(f"--task={name} is a {task.kind} task, not {kind}")
+  if regression and task.kind != "regression":
+    raise DataError(f"--regression: --task={name} is a {task.kind} task")
+  if (text_fields or label_field) and task.kind not in ("classification", "regression",
+                                                        "embedding"):
+    raise DataError("--text_fields and --label_field name the fields of classification and"
+                    f" embedding files; a {task.kind} file's fields are fixed")
   if task.builtin is not None and not files:
     return TaskData(task, *task.builtin())
   if task.kind in ("classification", "regression"):

@@ -45,11 +45,9 @@ class TokenClassifier(nnx.Module):
 def first_pieces(words: list[str], starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
   """[W] the index of each word's first piece, from the pieces' character spans in the words
   joined by spaces (tok.encode_offsets); -1 for a word with no piece of its own."""
-  text = " ".join(words)
   word_starts = np.cumsum([0] + [len(w) + 1 for w in words[:-1]])
   first = np.full(len(words), -1, np.int64)
-  for p, (s, e) in enumerate(zip(starts, ends)):
-    s += len(text[s:e]) - len(text[s:e].lstrip())  # sentencepiece's "▁" covers the space
+  for p, (s, e) in enumerate(zip(kind_lib.text_starts(" ".join(words), starts, ends), ends)):
     if s < e:  # a piece holding only the space belongs to no word
       w = int(np.searchsorted(word_starts, s, side="right")) - 1
       if first[w] < 0:
@@ -70,31 +68,27 @@ class TokenClassification(kind_lib.Kind):
   def encode(self, examples, tok, seq_len, what):
     n = len(examples)
     max_words = max(map(len, examples.words))
-    input_ids = np.zeros((n, seq_len), np.int32)
+    pieces = []
     labels = np.zeros((n, seq_len), np.int32)
     weights = np.zeros((n, seq_len), np.float32)
     word_position = np.full((n, max_words), -1, np.int32)  # a word's first piece in its row
-    truncated = 0
+    cut = 0
     encoded = tok.encode_offsets([" ".join(words) for words in examples.words])
     for i, (words, tags) in enumerate(zip(examples.words, examples.tags)):
       ids, starts, ends = encoded[i]
       first = first_pieces(words, starts, ends)
       ids = ids[:seq_len - 2]
-      input_ids[i, :len(ids) + 2] = [special_ids.CLS_ID, *ids, special_ids.SEP_ID]
-      kept = (first >= 0) & (first < len(ids))
-      truncated += not kept.all()
+      pieces.append([special_ids.CLS_ID, *ids, special_ids.SEP_ID])
+      cut += bool((first >= len(ids)).any())
+      kept = (first >= 0) & (first < len(ids))  # (-1: a word that got no piece of its own)
       positions = first[kept] + 1  # after [CLS]
       labels[i, positions] = [self.tag_ids[t] for t, k in zip(tags, kept) if k]
       weights[i, positions] = 1.0
       word_position[i, :len(words)] = np.where(kept, first + 1, -1)
-    if truncated:
+    if cut:
       logging.info("%s: %d of %d sentences lose words beyond %d tokens (predicted O)", what,
-                   truncated, n, seq_len)
-    lengths = (input_ids > 0).sum(1)
-    positions = np.arange(seq_len, dtype=np.int32)
-    rows = {"input_ids": input_ids, "token_type_ids": np.zeros_like(input_ids),
-            "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
-            "positions": np.broadcast_to(positions, (n, seq_len)).copy(),
+                   cut, n, seq_len)
+    rows = {**kind_lib.padded_rows(pieces, [[0] * len(p) for p in pieces], seq_len),
             "labels": labels, "weights": weights}
     return kind_lib.Encoded(rows, {"word_position": word_position})
 

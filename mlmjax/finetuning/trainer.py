@@ -152,7 +152,11 @@ class _FineTuner(loop.StepLoop):
       raise errors.UserError(f"{self.out.path} holds a pretraining run: give another"
                              " --output_dir")
     saved = saved["run"]
-    if any(saved.get(k) != self.run_record[k] for k in ("task", "init", "pretrained_workdir")):
+    # The kind and labels too where the run recorded them (runs saved before mlmjax had task
+    # kinds did not): another --kind, or other classes, would not fit the checkpoint.
+    same = ("task", "init", "pretrained_workdir") + tuple(
+        k for k in ("kind", "label_names") if k in saved)
+    if any(saved.get(k) != self.run_record.get(k) for k in same):
       raise errors.UserError(
           f"{self.out.path} holds a fine-tuning run of {saved.get('task')} ({saved.get('init')}"
           f" init from {saved.get('pretrained_workdir')}): give another --output_dir")
@@ -276,7 +280,7 @@ class _FineTuner(loop.StepLoop):
     results = {
         **self.run_record, "output_dir": self.out.path, "train_examples": self.train_examples,
         "train_rows": self.num_train, "dev_examples": len(self.data.dev),
-        "label_names": self.data.label_names, "epochs": self.config.train.epochs,
+        "epochs": self.config.train.epochs,
         "steps": self.total, "seq_len": self.config.data.seq_len,
         "headline_metric": self.kind.headline, "dev": dev,
         **{f"dev_{k}": v for k, v in self.kind.baseline(self.data.train, self.data.dev).items()},

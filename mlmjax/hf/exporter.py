@@ -53,8 +53,6 @@ def require_transformers():
 def export(run, out: str) -> None:
   """Writes the export of `run` (a training/finished_run.FinishedRun) into `out`."""
   transformers = require_transformers()
-  if paths.exists(out) and (not paths.isdir(out) or paths.listdir(out)):
-    raise ExportError(f"--out={out} exists and is not an empty folder")
   model_cfg, tok = run.settings.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
   arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)

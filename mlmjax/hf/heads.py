@@ -13,9 +13,10 @@ check that transformers computes the same outputs.
                          1_Pooling/config.json with the run's pooling
 
 The encoder's tensors come from the pretraining export's rules (convert.to_hf), less its
-pretraining heads; the head's are the fine-tuned ones. ModernBERT and ELECTRA heads in
-transformers differ from mlmjax's (a dense + norm head, ELECTRA's two-layer classifier) and are
-refused in one line, as is 'mean' pooling where the transformers class reads [CLS].
+pretraining heads; the head's are the fine-tuned ones. Other encoders (ModernBERT, ELECTRA's
+discriminator) are refused in one line: their transformers classes build some heads unlike
+mlmjax's (ModernBERT's dense + norm head, ELECTRA's two-layer classifier) and the others are
+not verified yet; so is 'mean' pooling where the transformers class reads [CLS].
 """
 
 from __future__ import annotations

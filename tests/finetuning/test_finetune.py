@@ -86,6 +86,17 @@ def test_finetune_on_8_devices_from_the_checkpoint_and_from_random_init(pretrain
   # The same command on a finished run trains nothing and scores the same checkpoint.
   again = trainer.finetune(_finetune_config(), pretrained, data, out.path)
   assert again == r
+  # As fine-tuned by an earlier mlmjax (no task kinds: no qa/embedding keys, no kind or labels
+  # in the run record, which results.json holds): it loads with its labels and re-scores.
+  saved = json.load(open(out.config))
+  for section in ("qa", "embedding"):
+    del saved[section]
+  for key in ("kind", "label_names", "num_outputs"):
+    del saved["run"][key]
+  json.dump(saved, open(out.config, "w"))
+  model = finished.load(out.path)
+  assert (model.kind.name, model.kind.label_names) == ("classification", r["label_names"])
+  assert trainer.finetune(_finetune_config(), pretrained, data, out.path)["dev"] == r["dev"]
   with pytest.raises(errors.UserError, match="holds a fine-tuning run of kjv_testament"
                      " \\(pretrained init from .*\\): give another --output_dir"):
     trainer.finetune(_finetune_config(), pretrained, data, out.path, random_init=True)

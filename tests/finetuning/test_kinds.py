@@ -150,6 +150,11 @@ def test_retrieval_metrics_and_the_in_batch_loss():
   # anchor's own positive among the batch's positives.
   kind = embeddings.Embedding(temperature=0.05)
   emb = jnp.asarray(np.stack([anchors, positives], 1), jnp.float32)
-  sums = kind.objective().sums(emb, {"weights": jnp.ones(3)})
+  sums = kind.objective().sums(emb, {"weights": jnp.ones(3), "pair_ids": jnp.arange(3)})
   assert float(sums["loss_sum"]) / 3 == pytest.approx(m["loss"], rel=1e-5)
   assert float(sums["correct"]) == 1.0
+  # The same pair twice in a batch (batches run across epoch ends) is not its own negative:
+  # alone in a batch, its loss is 0, not log 2.
+  twice = jnp.concatenate([emb[:1], emb[:1]])
+  sums = kind.objective().sums(twice, {"weights": jnp.ones(2), "pair_ids": jnp.array([7, 7])})
+  assert float(sums["loss_sum"]) == pytest.approx(0.0, abs=1e-6) and float(sums["correct"]) == 2

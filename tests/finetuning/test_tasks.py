@@ -125,6 +125,18 @@ def test_task_errors(tmp_path):
     tasks.load("mine", str(tmp_path / "nope.csv"), str(tmp_path / "d.csv"))
   with _raises("--text_fields='a,b,c': name one field, or two for pairs"):
     tasks.load("mine", str(tmp_path / "t.csv"), str(tmp_path / "d.csv"), "a,b,c")
+  with _raises("unknown --kind='ner': use one of classification, regression,"
+               " token_classification, question_answering, multiple_choice, embedding"):
+    tasks.load("mine", str(tmp_path / "t.csv"), str(tmp_path / "d.csv"), kind="ner")
+  with _raises("--task=kjv_qa is a question_answering task, not multiple_choice"):
+    tasks.load("kjv_qa", kind="multiple_choice")
+  with _raises("--regression: --task=mine is a token_classification task"):
+    tasks.load("mine", str(tmp_path / "t.csv"), str(tmp_path / "d.csv"), regression=True,
+               kind="token_classification")
+  with _raises("--text_fields and --label_field name the fields of classification and"
+               " embedding files; a question_answering file's fields are fixed"):
+    tasks.load("mine", str(tmp_path / "t.csv"), str(tmp_path / "d.csv"), "q",
+               kind="question_answering")
 
 
 class MlmjaxTinyPairs(tfds.core.GeneratorBasedBuilder):
