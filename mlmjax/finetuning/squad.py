@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import os
 
-from mlmjax.data import sources
 from mlmjax.errors import DataError
+from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.examples import as_text as _text
 from mlmjax.finetuning.records import QAExamples
 
@@ -132,10 +132,5 @@ def from_records(records, where: str) -> QAExamples:
 def read_tfds(name: str, split: str) -> QAExamples:
   """The questions of a prepared tfds dataset's split: squad/v1.1 or squad/v2.0, or another
   with their features (id, question, context, answers; is_impossible optional)."""
-  data_source, info = sources.tfds_split(name, split, f"--task={name}")
-  features = list(info.features.keys())
-  missing = [f for f in _FEATURES if f not in features]
-  if missing:
-    raise DataError(f"--task={name}: dataset {name!r} has no feature {missing[0]!r} (it has"
-                    f" {', '.join(features)}); expected SQuAD's features")
-  return from_records((data_source[i] for i in range(len(data_source))), f"{name}:{split}")
+  records, _ = examples_lib.tfds_records(name, split, name, _FEATURES, "SQuAD's")
+  return from_records(records, f"{name}:{split}")
