@@ -50,9 +50,8 @@ def _model(kind_name: str, tokenizer_path: str, format_: str, pooling: str = "au
 
 
 @pytest.mark.parametrize("kind,format_,hf_class", [
-    ("classification", "full_sentences", "BertForSequenceClassification"),
     ("classification", "segment_pair", "BertForSequenceClassification"),  # NSP's pooler
-    ("regression", "full_sentences", "BertForSequenceClassification"),
+    ("regression", "full_sentences", "BertForSequenceClassification"),  # a new pooler
     ("token_classification", "full_sentences", "BertForTokenClassification"),
     ("question_answering", "full_sentences", "BertForQuestionAnswering"),
     ("multiple_choice", "segment_pair", "BertForMultipleChoice"),
