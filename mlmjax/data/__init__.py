@@ -5,6 +5,7 @@
   mixture.py                 weighted mixtures of sources (per phase)
   prepared.py                ArrayRecord data tokenized once: the format and its manifest
   preparation.py             making it: workers, resuming, hosts (python -m mlmjax.prepare)
+  preparation_beam.py        the same work as an Apache Beam pipeline (Dataflow, Flink, Spark)
   tokenizer.py               sentencepiece (trained or loaded); hf_tokenizer.py: Hugging Face's
   vocab_stats.py             per-id tables the masking strategies read
   sentences.py, documents.py sentence splitting; tokenized documents

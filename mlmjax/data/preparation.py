@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import tempfile
 import time
+from typing import Callable
 
 from absl import logging
 from array_record.python import array_record_module
@@ -54,7 +55,7 @@ from mlmjax.data.settings import InputSettings, TokenizerSettings
 
 _PROGRESS_EVERY = 64  # documents between progress updates from a worker
 _NLP_BATCH = 64  # documents spaCy parses at a time
-_STATE = ".prepare"  # OUT/.prepare/: the plan and one record per finished file
+STATE = ".prepare"  # OUT/.prepare/: the plan and one record per finished file
 _POLL_S = 5.0  # how often a host other than 0 looks for the tokenizer
 HOST_WAIT_S = 3600.0  # how long it looks before it gives up: host 0 may train a tokenizer
 
@@ -90,9 +91,10 @@ class Plan:
 
 
 @dataclasses.dataclass
-class _FileWriter:
-  """What a worker process writes files with: made once per process by the pool's
-  initializer (`_start_worker`), then called once per file."""
+class FileWriter:
+  """What a worker writes files with: made once per worker process (by the pool's
+  initializer, `_start_worker`, or by the Beam runner's DoFn: preparation_beam.py), then called
+  once per file."""
 
   splits: dict[str, sources.TextSource]
   tok: tokenizer_lib.Tokenizer
@@ -100,8 +102,13 @@ class _FileWriter:
   out: str
   num_files: int
   dtype: str
-  progress: object  # a multiprocessing Value: documents done, shared by every worker
-  tokens: object  # likewise: tokens written
+  report: Callable[[int, int], None]  # (documents, tokens) done since the last report
+
+  @classmethod
+  def of(cls, plan: Plan, splits: dict, tok, annotator, out: str,
+         report: Callable[[int, int], None]) -> "FileWriter":
+    return cls(splits, tok, annotator, out, plan.num_files, prepared.id_dtype(tok.vocab_size),
+               report)
 
   def __call__(self, task: tuple[str, int]) -> tuple[str, dict[str, int]]:
     """Tokenizes documents f, f + F, ... of a split into its file f, then records it done."""
@@ -112,7 +119,7 @@ class _FileWriter:
     # Written under a temporary name (local) or locally and uploaded (bucket): a kill never
     # leaves a file that looks complete.
     tmp_dir = tempfile.mkdtemp(prefix="mlmjax-prepare-") if paths.is_remote(out) else None
-    tmp = os.path.join(tmp_dir or os.path.join(out, _STATE), name + ".partial")
+    tmp = os.path.join(tmp_dir or os.path.join(out, STATE), name + ".partial")
     writer = array_record_module.ArrayRecordWriter(tmp, prepared.WRITER_OPTIONS)
     pending_docs = pending_tokens = 0
     try:
@@ -125,11 +132,11 @@ class _FileWriter:
         counts["empty_documents"] += not sentences
         pending_docs, pending_tokens = pending_docs + 1, pending_tokens + n_tokens
         if pending_docs == _PROGRESS_EVERY:
-          self._report(pending_docs, pending_tokens)
+          self.report(pending_docs, pending_tokens)
           pending_docs = pending_tokens = 0
     finally:
       writer.close()
-    self._report(pending_docs, pending_tokens)
+    self.report(pending_docs, pending_tokens)
     if tmp_dir:
       try:
         paths.upload(tmp, paths.join(out, name))
@@ -138,7 +145,7 @@ class _FileWriter:
         os.rmdir(tmp_dir)
     else:
       os.replace(tmp, os.path.join(out, name))
-    paths.write_atomic(_done_path(out, split, f, self.num_files), json.dumps(counts))
+    paths.write_atomic(done_path(out, split, f, self.num_files), json.dumps(counts))
     return split, counts
 
   def _tokenized(self, docs, indices):
@@ -153,37 +160,47 @@ class _FileWriter:
                                                   batch_size=_NLP_BATCH):
       yield documents.annotated(self.tok, self.annotator, sentences, doc)
 
-  def _report(self, docs: int, tokens: int) -> None:
-    for counter, n in ((self.progress, docs), (self.tokens, tokens)):
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedCounts:
+  """`FileWriter.report` for local workers: counters in shared memory that the parent's progress
+  bar reads."""
+
+  documents: object  # a multiprocessing Value
+  tokens: object
+
+  def __call__(self, docs: int, tokens: int) -> None:
+    for counter, n in ((self.documents, docs), (self.tokens, tokens)):
       with counter.get_lock():
         counter.value += n
 
 
 # A pool's worker calls functions by name, so the writer its initializer made lives here: one
 # per worker process (None in the parent, which uses its own writer when workers=0).
-_process_writer: _FileWriter | None = None
+_process_writer: FileWriter | None = None
 
 
-def _start_worker(*fields) -> None:
+def _start_worker(plan: Plan, splits, tokenizer_bytes: bytes, *rest) -> None:
   global _process_writer
-  splits, tokenizer_bytes, *rest = fields
-  _process_writer = _FileWriter(splits, tokenizer_lib.from_bytes(tokenizer_bytes), *rest)
+  _process_writer = FileWriter.of(plan, splits, tokenizer_lib.from_bytes(tokenizer_bytes), *rest)
 
 
 def _write_in_worker(task: tuple[str, int]) -> tuple[str, dict[str, int]]:
   return _process_writer(task)
 
 
-def _done_path(out: str, split: str, f: int, num_files: int) -> str:
-  return paths.join(out, _STATE, prepared.file_name(split, f, num_files) + ".json")
+def done_path(out: str, split: str, f: int, num_files: int) -> str:
+  """Where a finished file's counts are recorded (its `FileWriter` call's result)."""
+  return paths.join(out, STATE, prepared.file_name(split, f, num_files) + ".json")
 
 
-def _tokenize(splits: dict, tok, annotator, out: str, num_files: int, workers: int,
-              tasks: list, total: int, done_docs: int) -> None:
+def _tokenize(plan: Plan, splits: dict, tok, annotator, out: str, workers: int, tasks: list,
+              total: int, done_docs: int) -> None:
   """Writes the files of `tasks`, showing documents, tokens/s and the ETA."""
   ctx = multiprocessing.get_context("spawn")  # a clean interpreter: no inherited threads
   progress, tokens = ctx.Value("q", done_docs), ctx.Value("q", 0)
-  dtype = prepared.id_dtype(tok.vocab_size)
+  report = _SharedCounts(progress, tokens)
   start = time.perf_counter()
 
   def update(bar):
@@ -194,12 +211,12 @@ def _tokenize(splits: dict, tok, annotator, out: str, num_files: int, workers: i
   with tqdm.tqdm(total=total, initial=done_docs, unit=" documents", desc="Tokenizing",
                  smoothing=0.1) as bar:
     if workers == 0:
-      write = _FileWriter(splits, tok, annotator, out, num_files, dtype, progress, tokens)
+      write = FileWriter.of(plan, splits, tok, annotator, out, report)
       for task in tasks:
         write(task)
         update(bar)
     else:
-      fields = (splits, tok.to_bytes(), annotator, out, num_files, dtype, progress, tokens)
+      fields = (plan, splits, tok.to_bytes(), annotator, out, report)
       with ctx.Pool(workers, _start_worker, fields) as pool:
         pending = pool.map_async(_write_in_worker, tasks, chunksize=1)
         while not pending.ready():
@@ -214,14 +231,14 @@ def _tokenize(splits: dict, tok, annotator, out: str, num_files: int, workers: i
 
 def _start_or_resume(out: str, plan: Plan) -> None:
   """Creates OUT/.prepare/plan.json, or checks that a preparation already there is this one."""
-  plan_path = paths.join(out, _STATE, "plan.json")
+  plan_path = paths.join(out, STATE, "plan.json")
   text = plan.to_json()
   if paths.exists(paths.join(out, prepared.MANIFEST)) or (
       paths.exists(out) and not paths.exists(plan_path)
       and (not paths.isdir(out) or paths.listdir(out))):
     raise errors.UserError(f"--out={out} exists and is not an empty folder; remove it or choose"
                            " another")
-  paths.makedirs(paths.join(out, _STATE))
+  paths.makedirs(paths.join(out, STATE))
   if paths.exists(plan_path):
     if paths.read_text(plan_path) != text:
       raise errors.UserError(
@@ -231,51 +248,71 @@ def _start_or_resume(out: str, plan: Plan) -> None:
   paths.write_atomic(plan_path, text)  # two hosts at once write the same text
 
 
-def _tokenizer_and_stats(plan: Plan, train, out: str, host_index: int, host_wait_s: float):
-  """Host 0 makes (or, resumed, reloads) them in OUT; the other hosts wait for them."""
+def tokenizer_and_stats(plan: Plan, train, out: str):
+  """Makes the tokenizer and token statistics in OUT (or, resumed, reloads them)."""
   saved = {k: paths.join(out, n) for k, n in prepared.TOKENIZERS.items()}
-  stats_path = paths.join(out, prepared.STATS)
-  if host_index != 0:
-    logging.info("Waiting for host 0 to write %s", stats_path)
-    deadline = time.monotonic() + host_wait_s
-    while not paths.exists(stats_path):  # written after the tokenizer
-      if time.monotonic() >= deadline:
-        waited = f"{host_wait_s / 60:g} min" if host_wait_s >= 60 else f"{host_wait_s:g} s"
-        raise errors.UserError(
-            f"host {host_index}: host 0 has not written {stats_path} in {waited}"
-            " (--host_wait_minutes); run the same command with --host_index=0 (its log says"
-            " what it is doing), then run this one again")
-      time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
-    return tokenizer_lib.load(next(p for p in saved.values() if paths.exists(p)))
   tok = tokenizer_lib.get_tokenizer(plan.tokenizer, train, saved)
-  vocab_stats.get_vocab_stats(tok, train, stats_path, plan.stats_max_documents)
+  vocab_stats.get_vocab_stats(tok, train, paths.join(out, prepared.STATS),
+                              plan.stats_max_documents)
   return tok
+
+
+def _wait_for_tokenizer(out: str, host_index: int, host_wait_s: float):
+  """What hosts other than 0 do instead: wait for host 0's tokenizer and stats, then load it."""
+  stats_path = paths.join(out, prepared.STATS)
+  logging.info("Waiting for host 0 to write %s", stats_path)
+  deadline = time.monotonic() + host_wait_s
+  while not paths.exists(stats_path):  # written after the tokenizer
+    if time.monotonic() >= deadline:
+      waited = f"{host_wait_s / 60:g} min" if host_wait_s >= 60 else f"{host_wait_s:g} s"
+      raise errors.UserError(
+          f"host {host_index}: host 0 has not written {stats_path} in {waited}"
+          " (--host_wait_minutes); run the same command with --host_index=0 (its log says"
+          " what it is doing), then run this one again")
+    time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
+  saved = (paths.join(out, n) for n in prepared.TOKENIZERS.values())
+  return tokenizer_lib.load(next(p for p in saved if paths.exists(p)))
+
+
+def start(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1,
+          host_index: int = 0) -> tuple[str, dict]:
+  """Checks the request, then creates (or checks, resuming) OUT's plan; returns OUT as a
+  path and the splits {"train": ..., "eval": ...} to prepare."""
+  source = plan.source
+  if prepared.is_prepared(source):
+    raise errors.DataError(f"--source={source!r} is prepared already; give the text it came"
+                           " from")
+  if plan.num_files < 1 or workers < 0:
+    raise errors.UserError("--num_files must be >= 1 and --workers >= 0")
+  if not 0 <= host_index < num_hosts:
+    raise errors.UserError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
+  out = paths.expand(out).rstrip("/")
+  train, held_out = sources.load_splits(source, plan.eval_every_nth_document,
+                                        plan.max_document_chars, plan.text_field)
+  logging.info("Data %r: %d training / %d held-out documents", source, len(train),
+               len(held_out))
+  _start_or_resume(out, plan)
+  return out, {"train": train, "eval": held_out}
+
+
+def files(plan: Plan) -> list[tuple[str, int]]:
+  """Every unit of work: (split, f) for file f of each split."""
+  return [(s, f) for s in prepared.SPLITS for f in range(plan.num_files)]
 
 
 def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_index: int = 0,
             host_wait_s: float = HOST_WAIT_S) -> dict | None:
   """Makes (or resumes) the prepared folder `out` by `plan`; returns its manifest, or None
   on a host whose part is done while others' are not."""
-  source, num_files = plan.source, plan.num_files
-  if prepared.is_prepared(source):
-    raise errors.DataError(f"--source={source!r} is prepared already; give the text it came"
-                           " from")
-  if num_files < 1 or workers < 0:
-    raise errors.UserError("--num_files must be >= 1 and --workers >= 0")
-  if not 0 <= host_index < num_hosts:
-    raise errors.UserError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
-  out = paths.expand(out).rstrip("/")
-  start = time.perf_counter()
-  train, held_out = sources.load_splits(source, plan.eval_every_nth_document,
-                                        plan.max_document_chars, plan.text_field)
-  logging.info("Data %r: %d training / %d held-out documents", source, len(train),
-               len(held_out))
-  _start_or_resume(out, plan)
-  tok = _tokenizer_and_stats(plan, train, out, host_index, host_wait_s)
-  splits = {"train": train, "eval": held_out}
-  every = [(s, f) for s in prepared.SPLITS for f in range(num_files)]
+  t0 = time.perf_counter()
+  out, splits = start(plan, out, workers, num_hosts, host_index)
+  if host_index == 0:
+    tok = tokenizer_and_stats(plan, splits["train"], out)
+  else:
+    tok = _wait_for_tokenizer(out, host_index, host_wait_s)
+  num_files, every = plan.num_files, files(plan)
   mine = every[host_index::num_hosts]
-  todo = [t for t in mine if not paths.exists(_done_path(out, *t, num_files))]
+  todo = [t for t in mine if not paths.exists(done_path(out, *t, num_files))]
   docs_of = lambda tasks: sum(len(range(f, len(splits[s]), num_files)) for s, f in tasks)
   logging.info("Tokenizing into %d files per split with %d worker processes%s", num_files,
                workers, f" (host {host_index} of {num_hosts}: {len(mine)} files)"
@@ -287,31 +324,40 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
     if annotator is not None:
       annotator.nlp  # pylint: disable=pointless-statement  # a missing pipeline fails here
       logging.info("Annotating words with spaCy pipeline %r", plan.nlp_pipeline)
-    _tokenize(splits, tok, annotator, out, num_files, workers, todo, total=docs_of(mine),
+    _tokenize(plan, splits, tok, annotator, out, workers, todo, total=docs_of(mine),
               done_docs=docs_of(mine) - docs_of(todo))
-  return _finish(out, plan, tok, every, start)
-
-
-def _finish(out: str, plan: Plan, tok, every, start: float) -> dict | None:
-  """The manifest, once every host's files are done (written by whoever sees that first)."""
   counts = {s: {} for s in prepared.SPLITS}
   for s, f in every:
-    done = _done_path(out, s, f, plan.num_files)
+    done = done_path(out, s, f, num_files)
     if not paths.exists(done):
       logging.info("This host's files are done; %s waits for other hosts' files", out)
       return None
-    for k, v in json.loads(paths.read_text(done)).items():
-      counts[s][k] = counts[s].get(k, 0) + v
+    counts[s] = add_counts([counts[s], json.loads(paths.read_text(done))])
+  return finish(out, plan, tok, counts, t0)
+
+
+def add_counts(counts) -> dict[str, int]:
+  """The sum of several files' counts ({"documents": n, ...}; {} adds nothing)."""
+  total = {}
+  for c in counts:
+    for k, v in c.items():
+      total[k] = total.get(k, 0) + v
+  return total
+
+
+def finish(out: str, plan: Plan, tok, counts: dict, t0: float) -> dict:
+  """Writes the manifest (the folder is prepared data from then on) from every file's counts
+  added by split; returns it."""
   manifest = prepared.write_manifest(
       out, source=plan.source, tok=tok, eval_every_nth_document=plan.eval_every_nth_document,
       max_document_chars=plan.max_document_chars,
-      stats_max_documents=plan.stats_max_documents, num_files=plan.num_files, counts=counts,
-      nlp_pipeline=plan.nlp_pipeline)
-  paths.rmtree(paths.join(out, _STATE))
+      stats_max_documents=plan.stats_max_documents, num_files=plan.num_files,
+      counts={s: counts[s] for s in prepared.SPLITS}, nlp_pipeline=plan.nlp_pipeline)
+  paths.rmtree(paths.join(out, STATE))
   tokens = sum(c["tokens"] for c in counts.values())
   logging.info("Prepared %s: %s training / %s held-out documents, %s tokens, tokenizer %s (%s"
                " pieces), in %.1f s", out, f"{counts['train']['documents']:,}",
                f"{counts['eval']['documents']:,}", f"{tokens:,}",
                manifest["tokenizer"]["fingerprint"], f"{tok.vocab_size:,}",
-               time.perf_counter() - start)
+               time.perf_counter() - t0)
   return manifest

@@ -1,6 +1,7 @@
 """`mlmjax.prepare` at corpus scale: progress with tokens/s, a kill resumed without redoing
-finished files into a byte-identical folder, and two hosts writing their parts into one bucket
-folder that training then reads."""
+finished files into a byte-identical folder, two hosts writing their parts into one bucket
+folder that training then reads, and the same folder from an Apache Beam pipeline (several
+worker processes; an element that fails is retried into the same bytes)."""
 
 import json
 import os
@@ -15,9 +16,14 @@ import pytest
 import storage_servers
 from configs import tiny
 from conftest import REPO, prepare, user_env
+import mlmjax.data
 from mlmjax import errors
 from mlmjax import paths
+from mlmjax import prepare as prepare_command
+from mlmjax.data import documents
+from mlmjax.data import preparation
 from mlmjax.data import prepared
+from mlmjax.training.settings import RunSettings
 
 NUM_FILES = 16
 
@@ -148,3 +154,87 @@ def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp
       f"host 1: host 0 has not written {stats} in 0.5 s (--host_wait_minutes); run the same"
       " command with --host_index=0 (its log says what it is doing), then run this one again")
   assert os.listdir(out) == [".prepare"]
+
+
+def _plan(text_corpus, tokenizer_path) -> preparation.Plan:
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  s = RunSettings.from_config(config)
+  return preparation.Plan.of(s.data, s.tokenizer, s.masking, text_corpus, NUM_FILES)
+
+
+@pytest.mark.slow
+def test_beam_workers_prepare_the_same_bytes(text_corpus, tokenizer_path, reference, tmp_path):
+  out = str(tmp_path / "out")
+  run = subprocess.run(_command(
+      text_corpus, out, tokenizer_path, "--runner=beam", "--beam_pipeline_options=--runner="
+      "FnApiRunner --direct_num_workers=2 --direct_running_mode=multi_processing"),
+                       cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Preparing 16 files per split with Beam (FnApiRunner)" in run.stderr
+  assert "Preparing (Beam): 100%" in run.stderr and "32/32" in run.stderr  # the files' bar
+  _same_folder(out, reference)
+
+
+def test_a_beam_element_that_fails_is_retried_into_the_same_bytes(
+    text_corpus, tokenizer_path, reference, tmp_path, monkeypatch):
+  """Beam's in-process runner (the default) retries a failed bundle as Dataflow does: the
+  element fails halfway through its file (records already written), and its retry writes the
+  file again from the start."""
+  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  tokenize, calls, failures = documents.tokenize, [0], []
+
+  def fails_once(tok, text):
+    calls[0] += 1
+    if calls[0] == 100 and not failures:
+      failures.append(calls[0])
+      raise OSError("injected: a worker lost its disk")
+    return tokenize(tok, text)
+
+  monkeypatch.setattr(documents, "tokenize", fails_once)
+  out = str(tmp_path / "out")
+  preparation_beam.prepare(_plan(text_corpus, tokenizer_path), out)
+  assert failures == [100]
+  _same_folder(out, reference)
+
+
+@pytest.mark.parametrize("options, message", [
+    ("--no_such_option=1 --direct_num_workers=2",
+     "--beam_pipeline_options: unknown Beam option(s) --no_such_option"),
+    ("--direct_num_workers=two",
+     "--beam_pipeline_options: argument --direct_num_workers: invalid int value: 'two'"),
+    ("--runner=NoSuchRunner",
+     "--beam_pipeline_options: Unexpected pipeline runner: NoSuchRunner. Valid values are"),
+    ("--job_name='unclosed", "--beam_pipeline_options=\"--job_name='unclosed\": No closing"),
+    ("--runner=DataflowRunner --project=p", "--beam_pipeline_options: Pipeline has validations"
+     " errors: Missing GCS path option: temp_location. Missing GCS path option:"),
+    ("--runner=FlinkRunner", "--runner=beam with FlinkRunner runs on other machines, which"
+     " cannot read --out="),
+])
+def test_bad_beam_pipeline_options_are_refused_before_any_work(
+    text_corpus, tokenizer_path, tmp_path, options, message):
+  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "out"
+  with pytest.raises(errors.UserError) as e:
+    preparation_beam.prepare(_plan(text_corpus, tokenizer_path), str(out), options)
+  assert str(e.value).startswith(message) and "\n" not in str(e.value)
+  assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_command_refuses_beam_options_in_one_line(text_corpus, tokenizer_path, tmp_path):
+  run = subprocess.run(_command(text_corpus, str(tmp_path / "out"), tokenizer_path,
+                                "--runner=beam", "--beam_pipeline_options=--no_such_option=1"),
+                       cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1
+  assert run.stderr.strip() == (
+      "error: --beam_pipeline_options: unknown Beam option(s) --no_such_option")
+
+
+def test_beam_needs_apache_beam_installed(monkeypatch):
+  monkeypatch.setitem(sys.modules, "apache_beam", None)  # as if it were not installed
+  monkeypatch.delitem(sys.modules, "mlmjax.data.preparation_beam", raising=False)
+  monkeypatch.delattr(mlmjax.data, "preparation_beam", raising=False)
+  with pytest.raises(errors.UserError) as e:
+    prepare_command._beam()  # pylint: disable=protected-access
+  assert str(e.value) == "--runner=beam needs Apache Beam: pip install -e '.[beam]'"
