@@ -304,7 +304,7 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
             host_wait_s: float = HOST_WAIT_S) -> dict | None:
   """Makes (or resumes) the prepared folder `out` by `plan`; returns its manifest, or None
   on a host whose part is done while others' are not."""
-  t0 = time.perf_counter()
+  t0 = time.time()
   out, splits = start(plan, out, workers, num_hosts, host_index)
   if host_index == 0:
     tok = tokenizer_and_stats(plan, splits["train"], out)
@@ -347,7 +347,8 @@ def add_counts(counts) -> dict[str, int]:
 
 def finish(out: str, plan: Plan, tok, counts: dict, t0: float) -> dict:
   """Writes the manifest (the folder is prepared data from then on) from every file's counts
-  added by split; returns it."""
+  added by split; returns it. `t0`: when the preparation started, by the wall clock (`time.time`:
+  a Beam worker may write the manifest for a job started on another machine)."""
   manifest = prepared.write_manifest(
       out, source=plan.source, tok=tok, eval_every_nth_document=plan.eval_every_nth_document,
       max_document_chars=plan.max_document_chars,
@@ -359,5 +360,5 @@ def finish(out: str, plan: Plan, tok, counts: dict, t0: float) -> dict:
                " pieces), in %.1f s", out, f"{counts['train']['documents']:,}",
                f"{counts['eval']['documents']:,}", f"{tokens:,}",
                manifest["tokenizer"]["fingerprint"], f"{tok.vocab_size:,}",
-               time.perf_counter() - t0)
+               time.time() - t0)
   return manifest

@@ -105,6 +105,7 @@ def test_without_spacy_or_its_pipeline_one_line_says_what_to_install(monkeypatch
   assert str(e.value) == ("masking.nlp_pipeline='no_such_pipeline': no spaCy pipeline of that"
                           f" name or path is installed: {annotation.INSTALL}")
   monkeypatch.setitem(sys.modules, "spacy", None)  # import spacy -> ImportError
+  monkeypatch.setattr(annotation, "_LOADED", {})  # as in a process that loaded none yet
   with pytest.raises(annotation.AnnotatorError) as e:
     annotation.load_pipeline(NLP, parse=True, ner=False)
   assert str(e.value) == ("masking.nlp_pipeline: this masking strategy annotates words with"
