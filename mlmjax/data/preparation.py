@@ -24,7 +24,8 @@ until then OUT is not prepared data (training refuses it).
 Across machines. With `num_hosts=H, host_index=h` (every host the same plan and OUT, on a shared
 disk or a bucket): host 0 makes the tokenizer and stats, the others wait for them (at most
 `host_wait_s`); host h writes the files (split, f) of index h, h + H, ... in the task list;
-whichever host finishes the last file writes the manifest.
+whichever host finishes the last file writes the manifest. On more machines than that, with
+retries and a job monitor: the same files as an Apache Beam pipeline (preparation_beam.py).
 """
 
 from __future__ import annotations
@@ -159,7 +160,6 @@ class FileWriter:
     for doc, sentences in self.annotator.nlp.pipe(pairs, as_tuples=True,
                                                   batch_size=_NLP_BATCH):
       yield documents.annotated(self.tok, self.annotator, sentences, doc)
-
 
 
 @dataclasses.dataclass(frozen=True)
