@@ -3,6 +3,7 @@ finished files into a byte-identical folder, two hosts writing their parts into 
 folder that training then reads, and the same folder from an Apache Beam pipeline (several
 worker processes; an element that fails is retried into the same bytes)."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import pytest
 import storage_servers
 from configs import tiny
 from conftest import REPO, prepare, user_env
+from masking_cases import NLP
 import mlmjax.data
 from mlmjax import errors
 from mlmjax import paths
@@ -156,9 +158,10 @@ def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp
   assert os.listdir(out) == [".prepare"]
 
 
-def _plan(text_corpus, tokenizer_path) -> preparation.Plan:
+def _plan(text_corpus, tokenizer_path, **masking) -> preparation.Plan:
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
+  config.masking.update(masking)
   s = RunSettings.from_config(config)
   return preparation.Plan.of(s.data, s.tokenizer, s.masking, text_corpus, NUM_FILES)
 
@@ -196,6 +199,21 @@ def test_a_beam_element_that_fails_is_retried_into_the_same_bytes(
   preparation_beam.prepare(_plan(text_corpus, tokenizer_path), out)
   assert failures == [100]
   _same_folder(out, reference)
+
+
+def test_beam_workers_annotate_words_as_local_workers_do(tokenizer_path, tmp_path):
+  """An annotating strategy's plan: each Beam worker loads the spaCy pipeline itself."""
+  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  (tmp_path / "a.txt").write_text("\n\n".join(
+      f"Paul went to Rome in the year {n}. The brethren of Jerusalem heard the word of God."
+      for n in range(24)))
+  plan = _plan(str(tmp_path / "a.txt"), tokenizer_path, strategy="syntax", nlp_pipeline=NLP)
+  assert plan.nlp_pipeline == NLP
+  local, beam = str(tmp_path / "local"), str(tmp_path / "beam")
+  preparation.prepare(dataclasses.replace(plan, num_files=3), local)
+  manifest = preparation_beam.prepare(dataclasses.replace(plan, num_files=3), beam)
+  assert manifest["annotations"]["pipeline"] == NLP
+  _same_folder(beam, local)
 
 
 @pytest.mark.parametrize("options, message", [
