@@ -142,6 +142,21 @@ def test_the_pmi_vocabulary_recovers_planted_collocations(tok, stats):
   assert set(table.ngrams.tolist()) == {int(_hash_of(tok, stats, e)) for e in expected}
 
 
+@pytest.mark.parametrize("text", ["", "alpha", "alpha beta", "alpha beta gamma"])
+def test_pmi_units_of_a_batch_with_fewer_words_than_an_ngram(tok, stats, text):
+  """A batch of 0 to 3 words (fewer than the longest n-gram, 5): the pair is still found."""
+  ids = np.asarray([tok.encode([text])[0] + [0] * 4], np.int32)
+  seg = (ids > 0).astype(np.int32)
+  maskable = ids >= 5
+  starts, hashes = cooccurrence.word_hashes(ids, seg, maskable, stats)
+  table = cooccurrence.Cooccurrence(np.array([_hash_of(tok, stats, "alpha beta")], np.uint64),
+                                    np.zeros(0, np.uint64), np.zeros(0, np.float32))
+  heads, inside = cooccurrence.ngram_units(starts, hashes, seg, maskable, table)
+  pair = "alpha beta" in text
+  assert inside.any() == pair
+  assert heads.sum() == maskable.sum() - (inside.sum() - 1 if pair else 0)
+
+
 def test_informative_relevance_of_a_worked_example(tok, stats):
   """Words a b c d e f g h (one sequence); PMI(a, b) = 2, PMI(a, c) = 1, PMI(a, h) = 5 (7
   words apart: beyond WINDOW = 5, so it never counts): relevance a = 3, b = 2, c = 1, others 0.

@@ -194,23 +194,25 @@ def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence
   num_rows, length = starts.shape
   r, c = np.nonzero(starts)
   words, run = _words_of(starts, hashes, seg)
-  taken = np.zeros(len(words), bool)  # word covered by a kept n-gram
-  heads_w = np.zeros(len(words), bool)
+  w = len(words)
+  taken = np.zeros(w, bool)  # word covered by a kept n-gram
+  heads_w = np.zeros(w, bool)
   for n in range(MAX_N, 1, -1):
     h, ok = ngram_hashes(words, run, n)
     _, found = _lookup(table.ngrams, h)
     match = ok & found
     # Dropped when an earlier occurrence of the same length overlaps it, or a longer one did.
-    earlier = np.zeros(len(words), bool)
-    for j in range(1, n):
+    # (Shifts by j < w only: a batch may hold fewer words than an n-gram.)
+    earlier = np.zeros(w, bool)
+    for j in range(1, min(n, w)):
       earlier[j:] |= match[:-j]
-    blocked = np.zeros(len(words), bool)
-    for j in range(n):
-      blocked[:len(words) - j] |= taken[j:]
+    blocked = np.zeros(w, bool)
+    for j in range(min(n, w)):
+      blocked[:w - j] |= taken[j:]
     match &= ~earlier & ~blocked
     heads_w |= match
-    for j in range(n):
-      taken[j:] |= match[:len(words) - j]
+    for j in range(min(n, w)):
+      taken[j:] |= match[:w - j]
   word_col = units.head_cols(starts)
   covered_word = np.zeros((num_rows, length), bool)
   covered_word[r, c] = taken
