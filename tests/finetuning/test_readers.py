@@ -4,32 +4,16 @@ features, prepared offline in array_record format. (The table and tag files of t
 kinds: test_table_readers.py.)"""
 
 import json
-import re
 
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core.features import feature as feature_lib
 
-from mlmjax.errors import DataError
+from finetuning.files import raises, write
 from mlmjax.finetuning import choices
 from mlmjax.finetuning import squad
 from mlmjax.finetuning.records import QAExamples
-
-
-def _raises(message):
-  return pytest.raises(DataError, match=re.escape(message))
-
-
-def _write(tmp_path, name: str, text: str) -> str:
-  path = tmp_path / name
-  path.write_text(text, encoding="utf-8")
-  return str(path)
-
-
-def _jsonl(tmp_path, name: str, records) -> str:
-  return _write(tmp_path, name, "".join(json.dumps(r) + "\n" for r in records))
-
 
 
 # ---- tiny tfds datasets ------------------------------------------------------------------------
@@ -114,12 +98,12 @@ def tfds_dir(tmp_path_factory):
 def _squad_file(tmp_path, qas, context="Denver won.", name="squad.json") -> str:
   data = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
       {"context": context, "qas": qas}]}]}
-  return _write(tmp_path, name, json.dumps(data))
+  return write(tmp_path, name, json.dumps(data))
 
 
 def test_squad_json(tmp_path):
   context = "  Denver Broncos won in 2016. "
-  path = _write(tmp_path, "dev-v2.0.json", json.dumps({"version": "v2.0", "data": [
+  path = write(tmp_path, "dev-v2.0.json", json.dumps({"version": "v2.0", "data": [
       {"title": "Super_Bowl", "paragraphs": [
           {"context": context, "qas": [
               {"id": "q1", "question": " Who won? ", "is_impossible": False,
@@ -153,28 +137,28 @@ def test_squad_json_errors(tmp_path):
     return {"id": "q1", "question": "Who?", "answers": [{"text": "Denver", "answer_start": 0}],
             **fields}
   missing = str(tmp_path / "nope.json")
-  with _raises(f"{missing}: no such file"):
+  with raises(f"{missing}: no such file"):
     squad.read_json(missing)
-  path = _write(tmp_path, "empty.json", " \n")
-  with _raises(f"{path}: empty file; expected SQuAD's JSON"):
+  path = write(tmp_path, "empty.json", " \n")
+  with raises(f"{path}: empty file; expected SQuAD's JSON"):
     squad.read_json(path)
-  path = _write(tmp_path, "bad.json", "{\"data\": [")
-  with _raises(f"{path}: not JSON (Expecting value: line 1 column 11 (char 10))"):
+  path = write(tmp_path, "bad.json", "{\"data\": [")
+  with raises(f"{path}: not JSON (Expecting value: line 1 column 11 (char 10))"):
     squad.read_json(path)
-  path = _write(tmp_path, "list.json", "[]")
-  with _raises(f"{path}: expected SQuAD's JSON, an object with a \"data\" list"):
+  path = write(tmp_path, "list.json", "[]")
+  with raises(f"{path}: expected SQuAD's JSON, an object with a \"data\" list"):
     squad.read_json(path)
-  path = _write(tmp_path, "nodata.json", "{\"version\": \"1.1\"}")
-  with _raises(f"{path} has no field 'data'"):
+  path = write(tmp_path, "nodata.json", "{\"version\": \"1.1\"}")
+  with raises(f"{path} has no field 'data'"):
     squad.read_json(path)
-  path = _write(tmp_path, "none.json", "{\"data\": []}")
-  with _raises(f"{path}: no questions"):
+  path = write(tmp_path, "none.json", "{\"data\": []}")
+  with raises(f"{path}: no questions"):
     squad.read_json(path)
-  path = _write(tmp_path, "paragraph.json", json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}))
-  with _raises(f"{path}: article 1 paragraph 1 has no field 'context'"):
+  path = write(tmp_path, "paragraph.json", json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}))
+  with raises(f"{path}: article 1 paragraph 1 has no field 'context'"):
     squad.read_json(path)
-  path = _write(tmp_path, "article.json", json.dumps({"data": [{"paragraphs": []}, "x"]}))
-  with _raises(f"{path}: article 2 is not an object"):
+  path = write(tmp_path, "article.json", json.dumps({"data": [{"paragraphs": []}, "x"]}))
+  with raises(f"{path}: article 2 is not an object"):
     squad.read_json(path)
   cases = [
       (qa(id=None), "{path}: article 1 paragraph 1 question 1: 'id' is null, not a string"),
@@ -203,14 +187,14 @@ def test_squad_json_errors(tmp_path):
   ]
   for i, (question, message) in enumerate(cases):
     path = _squad_file(tmp_path, [question], name=f"case{i}.json")
-    with _raises(message.format(path=path)):
+    with raises(message.format(path=path)):
       squad.read_json(path)
   path = _squad_file(tmp_path, [qa(), qa()])
-  with _raises(f"{path}: question 'q1' occurs twice; question ids must be unique"):
+  with raises(f"{path}: question 'q1' occurs twice; question ids must be unique"):
     squad.read_json(path)
-  path = _write(tmp_path, "latin1.json", "")
+  path = write(tmp_path, "latin1.json", "")
   (tmp_path / "latin1.json").write_bytes(b"{\"data\": \"Z\xfcrich\"}")
-  with _raises(f"{path}: not UTF-8 text (invalid start byte at byte 11)"):
+  with raises(f"{path}: not UTF-8 text (invalid start byte at byte 11)"):
     squad.read_json(path)
 
 
@@ -226,14 +210,14 @@ def test_squad_tfds(tfds_dir, monkeypatch):
       expected = QAExamples(expected.ids + ["q3"], expected.questions + ["Why?"],
                             expected.contexts + ["No reason."], expected.answers + [[]])
     assert examples.take(order) == expected
-    with _raises(f"mlmjax_tiny_squad/{version}:validation: question 'q2': answer 'Bern' is not"
+    with raises(f"mlmjax_tiny_squad/{version}:validation: question 'q2': answer 'Bern' is not"
                  " at character 1 of its context (there: 'ern ')"):
       squad.read_tfds(f"mlmjax_tiny_squad/{version}", "validation")
-  with _raises("--task=mlmjax_tiny_race/high: dataset 'mlmjax_tiny_race/high' has no feature"
+  with raises("--task=mlmjax_tiny_race/high: dataset 'mlmjax_tiny_race/high' has no feature"
                " 'id' (it has article, questions, answers, options, example_id); expected"
                " SQuAD's features"):
     squad.read_tfds("mlmjax_tiny_race/high", "train")
-  with _raises("--task=mlmjax_tiny_squad/v2.0: Unknown split 'test'"):
+  with raises("--task=mlmjax_tiny_squad/v2.0: Unknown split 'test'"):
     squad.read_tfds("mlmjax_tiny_squad/v2.0", "test")
 
 
@@ -255,15 +239,15 @@ def test_race_tfds(tfds_dir, monkeypatch):
   # race/all: high, then middle.
   _assert_choices(choices.read_race_tfds("mlmjax_tiny_race/all:1.0.0", "train"),
                   *(h + m for h, m in zip(high, middle)))
-  with _raises("mlmjax_tiny_race/high:dev: article 'h1.txt' question 2: answer 'E' is not an"
+  with raises("mlmjax_tiny_race/high:dev: article 'h1.txt' question 2: answer 'E' is not an"
                " option's letter, A to D"):
     choices.read_race_tfds("mlmjax_tiny_race/all", "dev")
-  with _raises("--task=mlmjax_tiny_squad/v1.1: dataset 'mlmjax_tiny_squad/v1.1' has no feature"
+  with raises("--task=mlmjax_tiny_squad/v1.1: dataset 'mlmjax_tiny_squad/v1.1' has no feature"
                " 'article' (it has id, title, context, question, answers); expected RACE's"
                " features"):
     choices.read_race_tfds("mlmjax_tiny_squad/v1.1", "train")
   # Records whose per-question sequences disagree (no tfds dataset holds such).
-  with _raises("race:train: record 1 has 1 questions, 0 option lists and 1 answers"):
+  with raises("race:train: record 1 has 1 questions, 0 option lists and 1 answers"):
     choices._add_race_records(choices._Choices("race:train"), [  # pylint: disable=protected-access
         {"article": b"a", "questions": [b"q"], "options": [], "answers": [b"A"]}], "race:train")
 

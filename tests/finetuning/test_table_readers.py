@@ -2,33 +2,16 @@
 .jsonl) and embedding pairs: exact records from small files, and each error's one line."""
 
 import json
-import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
-from mlmjax.errors import DataError
+from finetuning.files import jsonl, raises, write
 from mlmjax.finetuning import choices
 from mlmjax.finetuning import conll
 from mlmjax.finetuning import pairs
 from mlmjax.finetuning.records import TaggedExamples
-
-
-def _raises(message):
-  return pytest.raises(DataError, match=re.escape(message))
-
-
-def _write(tmp_path, name: str, text: str) -> str:
-  path = tmp_path / name
-  path.write_text(text, encoding="utf-8")
-  return str(path)
-
-
-def _jsonl(tmp_path, name: str, records) -> str:
-  return _write(tmp_path, name, "".join(json.dumps(r) + "\n" for r in records))
-
 
 
 # ---- CoNLL ---------------------------------------------------------------------------------------
@@ -48,11 +31,11 @@ Blackburn NNP I-NP I-PER
 def test_conll_text(tmp_path):
   expected = TaggedExamples([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]],
                             [["B-ORG", "O", "B-MISC", "O"], ["B-PER", "I-PER"]])
-  assert conll.read(_write(tmp_path, "train.conll", _CONLL)) == expected
-  assert conll.read(_write(tmp_path, "train.txt", _CONLL + "\n\n")) == expected
+  assert conll.read(write(tmp_path, "train.conll", _CONLL)) == expected
+  assert conll.read(write(tmp_path, "train.txt", _CONLL + "\n\n")) == expected
   # .tsv: tab-separated, two columns, IOBES tags.
   tsv = "New\tB-LOC\nYork\tE-LOC\nis\tO\n\nParis\tS-LOC\n"
-  assert conll.read(_write(tmp_path, "dev.tsv", tsv)) == TaggedExamples(
+  assert conll.read(write(tmp_path, "dev.tsv", tsv)) == TaggedExamples(
       [["New", "York", "is"], ["Paris"]], [["B-LOC", "E-LOC", "O"], ["S-LOC"]])
 
 
@@ -60,18 +43,18 @@ def test_conll_jsonl_and_parquet(tmp_path):
   names = ["O", "B-PER", "I-PER", "B-LOC"]
   expected = TaggedExamples([["Ann", "Lee", "ran"], ["Oslo"]],
                             [["B-PER", "I-PER", "O"], ["B-LOC"]])
-  strings = _jsonl(tmp_path, "strings.jsonl", [
+  strings = jsonl(tmp_path, "strings.jsonl", [
       {"id": "0", "tokens": ["Ann", "Lee", "ran"], "ner_tags": ["B-PER", "I-PER", "O"]},
       {"id": "1", "tokens": [], "ner_tags": []},  # empty: skipped
       {"id": "2", "tokens": ["Oslo"], "ner_tags": ["B-LOC"]}])
   assert conll.read(strings) == expected
-  ids = _jsonl(tmp_path, "ids.jsonl", [{"tokens": ["Ann", "Lee", "ran"], "ner_tags": [1, 2, 0]},
+  ids = jsonl(tmp_path, "ids.jsonl", [{"tokens": ["Ann", "Lee", "ran"], "ner_tags": [1, 2, 0]},
                                        {"tokens": ["Oslo"], "ner_tags": [3]}])
   assert conll.read(ids, names) == expected
-  with _raises(f"{ids}: record 1: ner_tags are class ids (1) and no tag names were given to map"
+  with raises(f"{ids}: record 1: ner_tags are class ids (1) and no tag names were given to map"
                " them"):
     conll.read(ids)
-  with _raises(f"{ids}: record 2: tag id 3 is out of range (3 tag names)"):
+  with raises(f"{ids}: record 2: tag id 3 is out of range (3 tag names)"):
     conll.read(ids, names[:3])
   # HF datasets' parquet names its ClassLabel's ids in the schema's metadata.
   table = pa.table({"id": ["0", "2"], "tokens": [["Ann", "Lee", "ran"], ["Oslo"]],
@@ -85,53 +68,53 @@ def test_conll_jsonl_and_parquet(tmp_path):
   plain = str(tmp_path / "plain.parquet")
   pq.write_table(table, plain)
   assert conll.read(plain, names) == expected
-  with _raises(f"{plain}: record 1: ner_tags are class ids (1) and no tag names were given"):
+  with raises(f"{plain}: record 1: ner_tags are class ids (1) and no tag names were given"):
     conll.read(plain)
   no_tags = str(tmp_path / "no_tags.parquet")
   pq.write_table(table.drop_columns(["ner_tags"]), no_tags)
-  with _raises(f"{no_tags}: no column 'ner_tags' (it has id, tokens)"):
+  with raises(f"{no_tags}: no column 'ner_tags' (it has id, tokens)"):
     conll.read(no_tags)
-  not_parquet = _write(tmp_path, "text.parquet", "tokens\n")
-  with _raises(f"{not_parquet}: not a Parquet file ("):
+  not_parquet = write(tmp_path, "text.parquet", "tokens\n")
+  with raises(f"{not_parquet}: not a Parquet file ("):
     conll.read(not_parquet)
 
 
 def test_conll_errors(tmp_path):
-  path = _write(tmp_path, "one.conll", "EU B-ORG\n\nrejects\n")
-  with _raises(f"{path}:3: one column ('rejects'); expected a token and its tag in the last"
+  path = write(tmp_path, "one.conll", "EU B-ORG\n\nrejects\n")
+  with raises(f"{path}:3: one column ('rejects'); expected a token and its tag in the last"
                " column"):
     conll.read(path)
-  path = _write(tmp_path, "bio.conll", "EU B-ORG\nPeter B_PER\n")
-  with _raises(f"{path}:2: tag 'B_PER' is not O or B-, I-, E-, S-TYPE (the BIO and IOBES"
+  path = write(tmp_path, "bio.conll", "EU B-ORG\nPeter B_PER\n")
+  with raises(f"{path}:2: tag 'B_PER' is not O or B-, I-, E-, S-TYPE (the BIO and IOBES"
                " schemes)"):
     conll.read(path)
-  path = _write(tmp_path, "typeless.conll", "EU B-\n")
-  with _raises(f"{path}:1: tag 'B-' is not O or B-"):
+  path = write(tmp_path, "typeless.conll", "EU B-\n")
+  with raises(f"{path}:1: tag 'B-' is not O or B-"):
     conll.read(path)
-  path = _write(tmp_path, "docstart.conll", "-DOCSTART- -X- -X- O\n\n\n")
-  with _raises(f"{path}: no sentences"):
+  path = write(tmp_path, "docstart.conll", "-DOCSTART- -X- -X- O\n\n\n")
+  with raises(f"{path}: no sentences"):
     conll.read(path)
-  path = _jsonl(tmp_path, "counts.jsonl", [{"tokens": ["a", "b"], "ner_tags": ["O"]}])
-  with _raises(f"{path}: record 1: tokens and ner_tags differ in length (2 and 1)"):
+  path = jsonl(tmp_path, "counts.jsonl", [{"tokens": ["a", "b"], "ner_tags": ["O"]}])
+  with raises(f"{path}: record 1: tokens and ner_tags differ in length (2 and 1)"):
     conll.read(path)
-  path = _jsonl(tmp_path, "tag.jsonl", [{"tokens": ["a"], "ner_tags": ["PER"]}])
-  with _raises(f"{path}: record 1: tag 'PER' is not O or B-, I-, E-, S-TYPE"):
+  path = jsonl(tmp_path, "tag.jsonl", [{"tokens": ["a"], "ner_tags": ["PER"]}])
+  with raises(f"{path}: record 1: tag 'PER' is not O or B-, I-, E-, S-TYPE"):
     conll.read(path)
-  path = _jsonl(tmp_path, "fields.jsonl", [{"words": ["a"], "ner_tags": ["O"]}])
-  with _raises(f"{path}: record 1 has no field 'tokens' (it has words, ner_tags)"):
+  path = jsonl(tmp_path, "fields.jsonl", [{"words": ["a"], "ner_tags": ["O"]}])
+  with raises(f"{path}: record 1 has no field 'tokens' (it has words, ner_tags)"):
     conll.read(path)
-  path = _jsonl(tmp_path, "text.jsonl", [{"tokens": "a b", "ner_tags": ["O", "O"]}])
-  with _raises(f"{path}: record 1: 'tokens' is not a list"):
+  path = jsonl(tmp_path, "text.jsonl", [{"tokens": "a b", "ner_tags": ["O", "O"]}])
+  with raises(f"{path}: record 1: 'tokens' is not a list"):
     conll.read(path)
-  path = _write(tmp_path, "none.jsonl", "\n")
-  with _raises(f"{path}: no sentences"):
+  path = write(tmp_path, "none.jsonl", "\n")
+  with raises(f"{path}: no sentences"):
     conll.read(path)
   path = str(tmp_path / "train.csv")
-  with _raises(f"{path}: expected a CoNLL text file (.conll, .txt, .iob, .tsv), a .jsonl or a"
+  with raises(f"{path}: expected a CoNLL text file (.conll, .txt, .iob, .tsv), a .jsonl or a"
                " .parquet file"):
     conll.read(path)
   path = str(tmp_path / "nope.iob")
-  with _raises(f"{path}: no such file"):
+  with raises(f"{path}: no such file"):
     conll.read(path)
 
 
@@ -143,7 +126,7 @@ def test_conll_check_tags():
   assert conll.check_tags(TaggedExamples([["a"]], [["S-LOC"]]), dev.take([0]), "c") == [
       "O", "S-LOC"]
   dev = TaggedExamples([["x"], ["y", "z"]], [["O"], ["B-LOC", "B-MISC"]])
-  with _raises("--task=ner: dev tag 'B-LOC' (sentence 2) never occurs in the training set (its"
+  with raises("--task=ner: dev tag 'B-LOC' (sentence 2) never occurs in the training set (its"
                " tags: O, B-ORG, B-PER, I-PER)"):
     conll.check_tags(train, dev, "--task=ner")
 
@@ -159,29 +142,29 @@ _SWAG_HEADER = ("video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,e
 
 
 def test_swag_csv(tmp_path):
-  path = _write(tmp_path, "train.csv", _SWAG_HEADER +
+  path = write(tmp_path, "train.csv", _SWAG_HEADER +
                 "v1,5,\"Students lower. They\",Students lower their eyes.,They, gen,sit.,run.,"
                 "\"sing, loudly.\",eat.,2\n"
                 "v2,6,x, A man waves. ,He,gold,smiles.,cries.,leaves.,jumps.,0\n")
   _assert_choices(choices.read_file(path), ["Students lower their eyes.", "A man waves."],
                   [["They sit.", "They run.", "They sing, loudly.", "They eat."],
                    ["He smiles.", "He cries.", "He leaves.", "He jumps."]], [2, 0])
-  path = _write(tmp_path, "test.csv", _SWAG_HEADER + "v1,5,x,s1,s2,gen,a,b,c,d,-1\n")
-  with _raises(f"{path}: record 1: label '-1' is not an option's index, 0 to 3"):
+  path = write(tmp_path, "test.csv", _SWAG_HEADER + "v1,5,x,s1,s2,gen,a,b,c,d,-1\n")
+  with raises(f"{path}: record 1: label '-1' is not an option's index, 0 to 3"):
     choices.read_file(path)
-  path = _write(tmp_path, "short.csv", _SWAG_HEADER + "v1,5,x,s1,s2,gen,a,b\n")
-  with _raises(f"{path}: record 1 has no value for 'ending2'"):
+  path = write(tmp_path, "short.csv", _SWAG_HEADER + "v1,5,x,s1,s2,gen,a,b\n")
+  with raises(f"{path}: record 1 has no value for 'ending2'"):
     choices.read_file(path)
-  path = _write(tmp_path, "one.csv", "sent1,sent2,ending0,label\ns1,s2,a,0\n")
-  with _raises(f"{path}: record 1 has no field 'ending1' (it has sent1, sent2, ending0, label)"):
+  path = write(tmp_path, "one.csv", "sent1,sent2,ending0,label\ns1,s2,a,0\n")
+  with raises(f"{path}: record 1 has no field 'ending1' (it has sent1, sent2, ending0, label)"):
     choices.read_file(path)
-  path = _write(tmp_path, "header.csv", _SWAG_HEADER)
-  with _raises(f"{path}: no examples"):
+  path = write(tmp_path, "header.csv", _SWAG_HEADER)
+  with raises(f"{path}: no examples"):
     choices.read_file(path)
 
 
 def test_choices_jsonl(tmp_path):
-  path = _jsonl(tmp_path, "race.jsonl", [
+  path = jsonl(tmp_path, "race.jsonl", [
       {"context": " The sun rises. ", "question": "When does it rise?",
        "options": ["at dawn", " at noon "], "label": 0},
       {"context": "Cats purr.", "question": "_ purr.", "options": ["Cats", "Dogs"], "label": 1},
@@ -212,29 +195,29 @@ def test_choices_jsonl(tmp_path):
        "{path}: record 1: 'context' is a list, not text"),
   ]
   for i, (records, message) in enumerate(cases):
-    path = _jsonl(tmp_path, f"case{i}.jsonl", records)
-    with _raises(message.format(path=path)):
+    path = jsonl(tmp_path, f"case{i}.jsonl", records)
+    with raises(message.format(path=path)):
       choices.read_file(path)
-  path = _write(tmp_path, "race.tsv", "")
-  with _raises(f"{path}: expected a .csv (SWAG's columns) or .jsonl file"):
+  path = write(tmp_path, "race.tsv", "")
+  with raises(f"{path}: expected a .csv (SWAG's columns) or .jsonl file"):
     choices.read_file(path)
-  path = _write(tmp_path, "empty.jsonl", "")
-  with _raises(f"{path}: no examples"):
+  path = write(tmp_path, "empty.jsonl", "")
+  with raises(f"{path}: no examples"):
     choices.read_file(path)
 
 
 # ---- pairs ---------------------------------------------------------------------------------------
 def test_pairs(tmp_path):
   expected = (["how tall is it?", "a \"quoted\" query"], ["It is 3 m tall.", "doc"])
-  path = _write(tmp_path, "pairs.csv", "anchor,positive,score\n how tall is it? ,It is 3 m"
+  path = write(tmp_path, "pairs.csv", "anchor,positive,score\n how tall is it? ,It is 3 m"
                 " tall.,1\n\"a \"\"quoted\"\" query\",doc,0\n")
   examples = pairs.read_file(path)
   assert (examples.anchors, examples.positives) == expected
-  path = _write(tmp_path, "pairs.tsv", "query\tdocument\nhow tall is it?\tIt is 3 m tall.\n"
+  path = write(tmp_path, "pairs.tsv", "query\tdocument\nhow tall is it?\tIt is 3 m tall.\n"
                 "a \"quoted\" query\tdoc\n")
   examples = pairs.read_file(path, ("query", "document"))
   assert (examples.anchors, examples.positives) == expected
-  path = _jsonl(tmp_path, "pairs.jsonl", [{"anchor": "how tall is it?", "positive": "It is 3 m"
+  path = jsonl(tmp_path, "pairs.jsonl", [{"anchor": "how tall is it?", "positive": "It is 3 m"
                                            " tall."}, {"anchor": "a \"quoted\" query",
                                                        "positive": "doc"}])
   examples = pairs.read_file(path)
@@ -243,33 +226,33 @@ def test_pairs(tmp_path):
 
 
 def test_pairs_errors(tmp_path):
-  path = _write(tmp_path, "fields.csv", "query,positive\nq,d\n")
-  with _raises(f"{path}: record 1 has no field 'anchor' (it has query, positive)"):
+  path = write(tmp_path, "fields.csv", "query,positive\nq,d\n")
+  with raises(f"{path}: record 1 has no field 'anchor' (it has query, positive)"):
     pairs.read_file(path)
-  path = _write(tmp_path, "empty_text.csv", "anchor,positive\nq,d\nq2,  \n")
-  with _raises(f"{path}: record 2 has an empty 'positive'"):
+  path = write(tmp_path, "empty_text.csv", "anchor,positive\nq,d\nq2,  \n")
+  with raises(f"{path}: record 2 has an empty 'positive'"):
     pairs.read_file(path)
-  path = _write(tmp_path, "short.csv", "anchor,positive\nq\n")
-  with _raises(f"{path}: record 1 has no value for 'positive'"):
+  path = write(tmp_path, "short.csv", "anchor,positive\nq\n")
+  with raises(f"{path}: record 1 has no value for 'positive'"):
     pairs.read_file(path)
-  path = _write(tmp_path, "header.tsv", "anchor\tpositive\n")
-  with _raises(f"{path}: no pairs"):
+  path = write(tmp_path, "header.tsv", "anchor\tpositive\n")
+  with raises(f"{path}: no pairs"):
     pairs.read_file(path)
-  path = _write(tmp_path, "bad.jsonl", "{\"anchor\": \"q\", \"positive\": \"d\"}\n\n[1, 2]\n")
-  with _raises(f"{path}:3: not a JSON object"):
+  path = write(tmp_path, "bad.jsonl", "{\"anchor\": \"q\", \"positive\": \"d\"}\n\n[1, 2]\n")
+  with raises(f"{path}:3: not a JSON object"):
     pairs.read_file(path)
-  path = _jsonl(tmp_path, "null.jsonl", [{"anchor": None, "positive": "d"}])
-  with _raises(f"{path}: record 1 has no value for 'anchor'"):
+  path = jsonl(tmp_path, "null.jsonl", [{"anchor": None, "positive": "d"}])
+  with raises(f"{path}: record 1 has no value for 'anchor'"):
     pairs.read_file(path)
-  with _raises(f"{path}: name two fields, the anchor's and the positive's (not ('anchor',))"):
+  with raises(f"{path}: name two fields, the anchor's and the positive's (not ('anchor',))"):
     pairs.read_file(path, ("anchor",))
   path = str(tmp_path / "pairs.parquet")
-  with _raises(f"{path}: expected a .csv, .tsv or .jsonl file"):
+  with raises(f"{path}: expected a .csv, .tsv or .jsonl file"):
     pairs.read_file(path)
   path = str(tmp_path / "nope.csv")
-  with _raises(f"{path}: no such file"):
+  with raises(f"{path}: no such file"):
     pairs.read_file(path)
   path = str(tmp_path / "latin1.csv")
   (tmp_path / "latin1.csv").write_bytes(b"anchor,positive\nZ\xfcrich,d\n")
-  with _raises(f"{path}: not UTF-8 text (invalid start byte at byte 17)"):
+  with raises(f"{path}: not UTF-8 text (invalid start byte at byte 17)"):
     pairs.read_file(path)
