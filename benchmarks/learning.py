@@ -2,11 +2,15 @@
 judged by held-out MLM accuracy at 15% masking and by fine-tuning.
 
   python benchmarks/learning.py --minutes=5 [--arms=bert,modern,modern+muon] [--seeds=0,1,2]
-      [--finetune_examples=8192] [--out=runs/learning]
+      [--finetune_examples=8192] [--eval_batches=20] [--out=runs/learning]
+
+Each finished run is appended to OUT/results.jsonl, and runs already there are not run again:
+a killed study, or one given more arms or seeds later, goes on where it stopped (with the
+calibrations and the tokenizer it made first), and the table covers every run there.
 
 An arm is a base (bert, modern, electra) with options added by '+': mask_anneal, muon,
-context_extension, batch_warmup (see OPTIONS). After one JSON line per run it prints a table:
-mean +- sample standard deviation over the seeds.
+context_extension, batch_warmup, all_mask, clm_first, time_budget (see OPTIONS). After one
+JSON line per run it prints a table: mean +- sample standard deviation over the seeds.
 
 Every arm has configs/tiny.py's size (4 layers, 128 wide, 4 heads) and trains on the built-in
 corpus for the same wall-clock budget: a 40-step calibration run measures its seconds per step
@@ -65,6 +69,15 @@ OPTIONS = {
         (0.25, c.data.seq_len, c.masking.max_predictions_per_seq,
          {"batch_size": c.train.batch_size // 4}),
         (0.75, c.data.seq_len, c.masking.max_predictions_per_seq))),
+    # NeoBERT's and EuroBERT's replacement: every selected token becomes [MASK] (no 80/10/10).
+    "all_mask": lambda c: c.masking.update(mask_token_prob=1.0, random_token_prob=0.0),
+    # Causal LM for the first quarter of the steps, then MLM (configs/biphasic.py's split).
+    "clm_first": lambda c: c.train.update(phases=(
+        (0.25, c.data.seq_len, c.masking.max_predictions_per_seq, {"objective": "clm"}),
+        (0.75, c.data.seq_len, c.masking.max_predictions_per_seq))),
+    # The schedule keyed to the training time spent (train.budget_hours): each run's budget
+    # is --minutes, its steps a cap ten times the calibrated count (see _set_length).
+    "time_budget": lambda c: c.train.update(budget_hours=1.0),
 }
 
 
@@ -136,18 +149,61 @@ def _mean_spread(values: list[float]) -> str:
 
 
 def print_table(results: list[dict]) -> None:
-  """One row per arm: steps, held-out MLM accuracy at 15% and dev accuracy, mean +- sd (%)."""
+  """One row per arm: steps, held-out MLM accuracy at 15% and dev accuracy, mean +- sd (%),
+  and each arm's held-out difference from the first arm's next to their combined spread (the
+  sum of the two standard deviations): a difference inside it is no ranking."""
   print("\n| arm | seeds | s/step (calibrated) | steps | train minutes | held-out MLM accuracy"
-        " (%) | constant baseline (%) | `kjv_corrupted` dev accuracy (%) |\n"
-        "|---|---|---|---|---|---|---|---|")
-  for arm in dict.fromkeys(r["arm"] for r in results):
+        " (%) | vs the first arm (points; spread) | constant baseline (%) | `kjv_corrupted` dev"
+        " accuracy (%) |\n|---|---|---|---|---|---|---|---|---|")
+  arms = list(dict.fromkeys(r["arm"] for r in results))
+  accuracy = {arm: [100 * r["eval/mlm_accuracy"] for r in results if r["arm"] == arm]
+              for arm in arms}
+  sd = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
+  first = accuracy[arms[0]]
+  for arm in arms:
     runs = [r for r in results if r["arm"] == arm]
     tuned = [r["kjv_corrupted"]["accuracy"] for r in runs if "kjv_corrupted" in r]
-    print(f"| {arm} | {len(runs)} | {runs[0]['seconds_per_step']} | {runs[0]['steps']} |"
+    steps = statistics.mean(r["steps"] for r in runs)
+    mine = accuracy[arm]
+    versus = (f"{statistics.mean(mine) - statistics.mean(first):+.1f};"
+              f" {sd(mine) + sd(first):.1f}")
+    print(f"| {arm} | {len(runs)} | {runs[0]['seconds_per_step']} | {steps:.0f} |"
           f" {statistics.mean(r['train_wall_minutes'] for r in runs):.2f} |"
-          f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} |"
+          f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} | {versus} |"
           f" {_mean_spread([r['eval/constant_baseline_accuracy'] for r in runs])} |"
           f" {_mean_spread(tuned)} |")
+
+
+def _set_length(config, n: int, minutes: float) -> None:
+  """A run of `n` steps; a short run keeps at most a tenth of them for warmup, the same for
+  every arm. The time-budget arm gets `minutes` of training instead, with 10 n steps as a cap
+  and its warmup scaled alike, so that warmup and decay take the same shares of its budget."""
+  warmup = min(config.train.warmup_steps, n // 10)
+  scale = 10 if config.train.budget_hours else 1
+  if scale > 1:
+    config.train.budget_hours = minutes / 60
+  config.train.update(steps=scale * n, warmup_steps=scale * warmup,
+                      eval_every_steps=scale * n, checkpoint_every_steps=scale * n)
+
+
+def _done(path: str) -> list[dict]:
+  """The runs already in a results file (none if it does not exist)."""
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _tokenizer(out: str, calibration: str) -> str:
+  """The study's one tokenizer: the one the first calibration ever made in `out` (recorded in
+  OUT/tokenizer.txt), so that every arm, in any later invocation, reads the same vocabulary and
+  no run trains a tokenizer inside its budget."""
+  record = os.path.join(out, "tokenizer.txt")
+  if not os.path.exists(record):
+    with open(record, "w", encoding="utf-8") as f:
+      f.write(workdir_lib.Workdir(calibration).saved_tokenizer())
+  with open(record, encoding="utf-8") as f:
+    return f.read().strip()
 
 
 def main():
@@ -159,42 +215,56 @@ def main():
                       help="kjv_corrupted training examples; 0: no fine-tuning")
   parser.add_argument("--calibration_steps", type=int, default=40,
                       help="steps of the run that measures an arm's seconds per step")
+  parser.add_argument("--eval_batches", type=int, default=20,
+                      help="held-out batches of 32 rows (about 290 masked tokens each at 15%%)")
   parser.add_argument("--out", default="runs/learning")
   args = parser.parse_args()
   metrics.quiet_library_logs()
-  results, tokenizer, steps = [], "", {}
-  arms = args.arms.split(",")
+  os.makedirs(args.out, exist_ok=True)
+  results_path = os.path.join(args.out, "results.jsonl")
+  results = _done(results_path)
+  done = {(r["arm"], r["seed"]) for r in results}
+  arms, seeds = args.arms.split(","), [int(s) for s in args.seeds.split(",")]
+  tokenizer, steps = None, {}
   for arm in arms:  # one calibration per arm: every seed of it gets the same number of steps
+    if all((arm, seed) in done for seed in seeds):
+      continue
     config = arm_config(arm)
-    config.tokenizer.path = tokenizer
+    if os.path.exists(os.path.join(args.out, "tokenizer.txt")):
+      config.tokenizer.path = tokenizer = _tokenizer(args.out, "")
     calibration = os.path.join(args.out, arm + ".calibration")
     per_step = seconds_per_step(config, calibration, args.calibration_steps)
-    # Every run reads the tokenizer the first calibration trained: the same vocabulary for
-    # all, and no tokenizer training inside a run's budget.
-    tokenizer = tokenizer or workdir_lib.Workdir(calibration).saved_tokenizer()
+    tokenizer = _tokenizer(args.out, calibration)
     steps[arm] = (per_step, int(args.minutes * 60 / per_step))
   # Seed by seed through the arms, so that a change in the machine's load hits every arm.
-  for seed in map(int, args.seeds.split(",")):
+  for seed in seeds:
     for arm in arms:
+      if (arm, seed) in done:
+        continue
       per_step, n = steps[arm]
       config = arm_config(arm)
       config.seed = seed
       config.tokenizer.path = tokenizer
-      # A short run keeps at most a tenth of its steps for warmup, the same for every arm.
-      config.train.update(steps=n, eval_every_steps=n, checkpoint_every_steps=n,
-                          warmup_steps=min(config.train.warmup_steps, n // 10))
+      _set_length(config, n, args.minutes)
+      config.train.eval_batches = args.eval_batches
       workdir = os.path.join(args.out, f"{arm}.seed{seed}")
       start = time.perf_counter()
       held_out = train.train_and_evaluate(config, workdir)
-      row = {"arm": arm, "seed": seed, "seconds_per_step": round(per_step, 4), "steps": n,
+      row = {"arm": arm, "seed": seed, "minutes": args.minutes,
+             "seconds_per_step": round(per_step, 4),
+             # Those trained: n, or as many as the time-budget arm's minutes allowed.
+             "steps": max(r["step"] for r in metrics.rows(os.path.join(workdir, "metrics.jsonl"))
+                          if "loss" in r),
              "train_wall_minutes": round((time.perf_counter() - start) / 60, 2),
              **{k: round(v, 4) for k, v in held_out.items() if k.startswith("eval/")}}
       if args.finetune_examples:
         tuned = finetune(workdir, args.finetune_examples)
         row["kjv_corrupted"] = {k: round(v, 4) for k, v in tuned["dev"].items()}
       results.append(row)
+      with open(results_path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row) + "\n")
       print(json.dumps(row), flush=True)
-  print_table(results)
+  print_table([r for r in results if r["arm"] in arms])
 
 
 if __name__ == "__main__":

@@ -160,9 +160,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()
-  # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT), or 'electra': a small MLM generator fills the
+  # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT); 'electra': a small MLM generator fills the
   # masked slots with samples and the model (a discriminator) learns, on every token, which
-  # ones were replaced (mlmjax/models/electra.py).
+  # ones were replaced (mlmjax/models/electra.py); 'clm': next-token prediction with causal
+  # attention on the same encoder and head (mlmjax/training/causal_lm.py). A train.phases
+  # entry may switch between 'clm' and 'mlm' (causal LM first, then MLM). Held-out metrics
+  # are MLM's at eval.mask_rate whatever the objective.
   config.objective.kind = "mlm"
   # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
   config.objective.generator_fraction = 0.25
@@ -230,6 +233,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict()
   # Total optimizer steps (a larger value on an existing workdir continues the run).
   config.train.steps = 1_000_000
+  # A training-time budget in hours (Cramming): the schedule's position is the further of the
+  # step and train.steps x the share of the budget spent, so warmup and decay follow the time,
+  # and the run ends when it is spent (train.steps is then a cap), with a final evaluation and
+  # checkpoint; compilation and evaluations are not counted, a resume goes on with what is
+  # left (mlmjax/training/time_budget.py). Not with train.phases. 0 = none.
+  config.train.budget_hours = 0.0
   # Global batch size in rows, over all processes and devices.
   config.train.batch_size = 256
   # Gradient accumulation: each step splits the global batch into this many micro-batches
@@ -287,8 +296,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
   # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
   # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
-  # with seq_len), mask_rate / mask_rate_end (training/phases.py). Empty: one phase with
-  # data.seq_len and masking.max_predictions_per_seq. State carries across a switch.
+  # with seq_len), mask_rate / mask_rate_end, objective ('clm' or 'mlm': the phase's own
+  # objective.kind) (training/phases.py). Empty: one phase with data.seq_len and
+  # masking.max_predictions_per_seq. State carries across a switch.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100

@@ -4,7 +4,9 @@ q, k, v are [B, T, N, H] (batch, tokens, heads, head size); `segment_ids` [B, T]
 packed sequence a token belongs to (0 = padding): a token attends only to the tokens of its own
 sequence. Outputs for padding tokens are unspecified (nothing reads them). With a `window` W and
 `local` true, a token attends only to tokens at most W // 2 positions away (ModernBERT's
-sliding window; `local` may be a traced boolean, so a scanned stack can alternate).
+sliding window; `local` may be a traced boolean, so a scanned stack can alternate). With
+`causal` (the causal-LM objective, training/causal_lm.py) a token attends only to itself and
+the tokens before it in its sequence.
 
   xla         jax.nn.dot_product_attention's XLA path with a block-diagonal mask; every
               backend. Scores and softmax in float32 whatever the compute dtype.
@@ -49,24 +51,29 @@ IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash", "pallas_gpu")
 _HALF = (jnp.bfloat16, jnp.float16)
 
 
-def mask(segment_ids_bt: jax.Array, window: int = 0, local=False) -> jax.Array:
-  """[B, 1, T, T] bool: query t may attend to key s (same packed sequence, not padding, and
-  within the window on a local layer)."""
+def mask(segment_ids_bt: jax.Array, window: int = 0, local=False,
+         causal: bool = False) -> jax.Array:
+  """[B, 1, T, T] bool: query t may attend to key s (same packed sequence, not padding,
+  within the window on a local layer, and s <= t if `causal`)."""
   seg = segment_ids_bt
   allowed = (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] > 0)
+  t = jnp.arange(seg.shape[1])
   if window:
-    t = jnp.arange(seg.shape[1])
     near = jnp.abs(t[:, None] - t[None, :]) <= window // 2
     allowed = allowed & (near | ~jnp.asarray(local))
+  if causal:
+    allowed = allowed & (t[:, None] >= t[None, :])
   return allowed[:, None]
 
 
-def reference(q, k, v, segment_ids, dropout=None, window: int = 0, local=False):
+def reference(q, k, v, segment_ids, dropout=None, window: int = 0, local=False,
+              causal: bool = False):
   """The oracle: einsum scores in float32, a masked softmax, an einsum with v. `dropout`
   (probs -> probs) is applied to the attention probabilities when given."""
   scores = jnp.einsum("btnh,bsnh->bnts", q, k, preferred_element_type=jnp.float32)
   scores = scores * (q.shape[-1] ** -0.5)
-  scores = jnp.where(mask(segment_ids, window, local), scores, jnp.finfo(jnp.float32).min)
+  scores = jnp.where(mask(segment_ids, window, local, causal), scores,
+                     jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(scores, axis=-1)
   if dropout is not None:
     probs = dropout(probs)
@@ -102,18 +109,19 @@ def check(impl: str, dtype, seq_len: int, platform: str | None = None,
 
 
 def attend(q, k, v, segment_ids, impl: str = "xla", interpret: bool = False, window: int = 0,
-           local=False, target: compile_target.Target | None = None):
+           local=False, target: compile_target.Target | None = None, causal: bool = False):
   """Attention of [B, T, N, H] q/k/v within packed sequences; `impl` as in IMPLEMENTATIONS
   (`auto` resolved for the platform of `target`, default this machine's); `interpret` runs
   the Pallas kernels on any backend; on a `target` mesh of several devices they run on each
   device's shard."""
   impl = resolve(impl, q.dtype, q.shape[1], compile_target.platform(target))
   if impl in ("xla", "cudnn"):
-    return jax.nn.dot_product_attention(q, k, v, mask=mask(segment_ids, window, local),
+    return jax.nn.dot_product_attention(q, k, v, mask=mask(segment_ids, window, local, causal),
                                         implementation=impl)
   if impl == "splash":
     splash = lambda w: _per_device(
-        lambda *a: _splash(*a, interpret=interpret, window=w), q, k, v, segment_ids, target)
+        lambda *a: _splash(*a, interpret=interpret, window=w, causal=causal), q, k, v,
+        segment_ids, target)
     if not window:
       return splash(0)
     if isinstance(local, bool):
@@ -121,8 +129,8 @@ def attend(q, k, v, segment_ids, impl: str = "xla", interpret: bool = False, win
     # A traced `local` (scanned layers): both variants compiled, one runs.
     return jax.lax.cond(local, lambda: splash(window), lambda: splash(0))
   if impl == "pallas_gpu":
-    return _per_device(lambda *a: _pallas_gpu(*a, interpret=interpret), q, k, v, segment_ids,
-                       target)
+    return _per_device(lambda *a: _pallas_gpu(*a, interpret=interpret, causal=causal), q, k, v,
+                       segment_ids, target)
   raise ValueError(f"unknown attention implementation {impl!r}")
 
 
@@ -148,22 +156,25 @@ def _per_device(kernel, q, k, v, segment_ids, target: compile_target.Target | No
                        out_specs=qkv_spec, check_vma=False)(q, k, v, segment_ids)
 
 
-def _pallas_gpu(q, k, v, segment_ids, interpret):
+def _pallas_gpu(q, k, v, segment_ids, interpret, causal):
   from jax.experimental.pallas.ops.gpu import attention as gpu_attention  # pylint: disable=g-import-not-at-top
   block = min(128, q.shape[1])
   sizes = gpu_attention.BlockSizes(block_q=block, block_k=block, block_q_dkv=block,
                                    block_kv_dkv=block, block_q_dq=block, block_kv_dq=block)
-  return gpu_attention.mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5,
+  return gpu_attention.mha(q, k, v, segment_ids, sm_scale=q.shape[-1] ** -0.5, causal=causal,
                            block_sizes=sizes, interpret=interpret)
 
 
 @functools.lru_cache(maxsize=None)
-def _splash_kernel(num_heads: int, seq_len: int, interpret: bool, window: int):
+def _splash_kernel(num_heads: int, seq_len: int, interpret: bool, window: int, causal: bool):
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk  # pylint: disable=g-import-not-at-top
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm  # pylint: disable=g-import-not-at-top
   shape = (seq_len, seq_len)
-  one = (sm.LocalMask(shape, (window // 2, window // 2), offset=0) if window
-         else sm.FullMask(shape))
+  # (left, right) keys a query sees: None is unbounded; causal sees none to its right.
+  left = window // 2 if window else None
+  right = 0 if causal else left
+  one = (sm.LocalMask(shape, (left, right), offset=0) if window
+         else sm.CausalMask(shape) if causal else sm.FullMask(shape))
   mask = sm.MultiHeadMask([one] * num_heads)
   block = min(512, seq_len)
   sizes = sk.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
@@ -173,10 +184,10 @@ def _splash_kernel(num_heads: int, seq_len: int, interpret: bool, window: int):
                             interpret=interpret)
 
 
-def _splash(q, k, v, segment_ids, interpret, window):
+def _splash(q, k, v, segment_ids, interpret, window, causal):
   """Splash works on one example of [N, T, H]; the batch is vmapped."""
   from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk  # pylint: disable=g-import-not-at-top
-  kernel = _splash_kernel(q.shape[2], q.shape[1], interpret, window)
+  kernel = _splash_kernel(q.shape[2], q.shape[1], interpret, window, causal)
   scale = q.shape[-1] ** -0.5
   to_nth = lambda x: jnp.swapaxes(x, 1, 2)  # [B, T, N, H] -> [B, N, T, H]
   seg = segment_ids.astype(jnp.int32)

@@ -213,8 +213,17 @@ class LayerStack:
 def mlm_logits(hidden_bpd, transform, norm, embedding_vd, bias_v) -> jax.Array:
   """BERT's MLM head: dense, GELU, LayerNorm, then the decoder tied to the input embedding
   (+ bias), in float32. Only ever given the P masked positions, never all T."""
-  h = norm(jax.nn.gelu(transform(hidden_bpd), approximate=False))
-  return jnp.einsum("bpd,vd->bpv", h, embedding_vd.astype(h.dtype),
+  return decode(head_features(hidden_bpd, transform, norm), embedding_vd, bias_v)
+
+
+def head_features(hidden_bpd, transform, norm) -> jax.Array:
+  """The MLM head up to its decoder: dense, GELU, LayerNorm."""
+  return norm(jax.nn.gelu(transform(hidden_bpd), approximate=False))
+
+
+def decode(features_bpd, embedding_vd, bias_v) -> jax.Array:
+  """[B, P, D] -> [B, P, V] float32 logits: the decoder tied to the input embedding, + bias."""
+  return jnp.einsum("bpd,vd->bpv", features_bpd, embedding_vd.astype(features_bpd.dtype),
                     preferred_element_type=jnp.float32) + bias_v
 
 
@@ -266,3 +275,17 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
     if self.span_boundary is not None:
       out["sbo_logits"] = self.span_boundary(hidden_btd, batch, self.token_embedding[...])
     return out
+
+  def next_token_features(self, batch, dropout_key=None, constrain_layer=None
+                          ) -> dict[str, jax.Array]:
+    """The causal-LM objective on the same encoder and MLM head: `clm_features` [B, T-1, D],
+    the head's features (head_features) at every position but the last, each token attending
+    only to itself and the tokens before it in its sequence; `decoder` [V, D] and
+    `decoder_bias` [V], which the loss applies a chunk of positions at a time
+    (training/causal_lm.py), so that [B, T-1, V] logits never exist whole. Call it on a copy
+    of the model (train_state.forward makes one per step): it switches the copy's attention
+    to causal."""
+    self.set_attributes(causal=True, raise_if_not_found=False)
+    hidden_btd = self.encode(batch, dropout_key, constrain_layer)[:, :-1]
+    return {"clm_features": head_features(hidden_btd, self.mlm_transform, self.mlm_norm),
+            "decoder": self.token_embedding[...], "decoder_bias": self.mlm_bias[...]}

@@ -117,6 +117,9 @@ class SelfAttention(nnx.Module):
     self.impl = cfg.attention_impl
     self.window = cfg.local_attention_window
     self.target = target  # the mesh the kernels run on (compile_target.py)
+    # Set on a model copy for the causal-LM objective (bert.py next_token_logits): part of the
+    # graph, not of the parameters, so the same weights serve both objectives.
+    self.causal = False
 
   def __call__(self, x_btd, segment_ids, key, rope=None, local=False):
     dt = x_btd.dtype
@@ -134,10 +137,10 @@ class SelfAttention(nnx.Module):
       # kernels never do: training with attention dropout takes the einsum path.
       ctx_btnh = attention.reference(
           q, k, v, segment_ids, dropout=lambda p: dropout(p, self.attention_dropout, key),
-          window=self.window, local=local)
+          window=self.window, local=local, causal=self.causal)
     else:
       ctx_btnh = attention.attend(q, k, v, segment_ids, self.impl, window=self.window,
-                                  local=local, target=self.target)
+                                  local=local, target=self.target, causal=self.causal)
     y = ctx_btnh.reshape(b, t, n * h) @ self.out_kernel[...].astype(dt).reshape(n * h, d)
     return y if self.out_bias is None else y + self.out_bias[...].astype(dt)
 

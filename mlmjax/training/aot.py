@@ -87,24 +87,28 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
     settings = fit.apply(settings, choice)
   setup = train_state.make_setup(settings, vocab, mesh)
   out = []
-  for phases, (batch, seq_len, train_slots) in phases_lib.shapes(settings).items():
+  for phases, (batch, seq_len, train_slots, objective) in phases_lib.shapes(settings).items():
     for name in which:
       out.append(_compile_step(name, settings, setup, vocab, target, batch, seq_len,
-                               train_slots))
+                               train_slots, objective))
       out[-1].report["phases"] = phases  # the train.phases entries of this shape
+      out[-1].report["objective"] = objective
       if choice is not None:
         out[-1].report["fit"] = choice.report()
   return out
 
 
 def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, batch: int,
-                  seq_len: int, train_slots: int) -> Compiled:
-  """The train or eval step at one phase shape, and its report."""
+                  seq_len: int, train_slots: int, objective: str) -> Compiled:
+  """The train or eval step at one phase shape and objective, and its report."""
   mesh = setup.mesh
   if name == "train":
     slots = train_slots
-    fn, state = steps_lib.make_pretrain_step(setup, settings), setup.abstract_state
-    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, slots)
+    fn = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
+    state = setup.abstract_state
+    # The causal-LM objective predicts every position but the last (phases.Phase.predictions).
+    predicted = seq_len - 1 if objective == "clm" else slots
+    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, predicted)
   else:
     slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]

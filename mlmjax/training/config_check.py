@@ -61,6 +61,9 @@ def check_saved(settings: RunSettings, platform: str | None = None) -> None:
 def _check_objective(settings: RunSettings) -> None:
   objective = settings.objective
   if objective.kind == "electra":
+    if any(p.objective == "clm" for p in phases_lib.plan(settings)):
+      raise ConfigError("train.phases objective 'clm' trains an encoder's own MLM head, which"
+                        " objective.kind='electra' does not have: use objective.kind='mlm'")
     if formats.has_pair_labels(settings.data.format) or objective.span_boundary_weight:
       raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
                         f" a single-sequence data.format (not {settings.data.format!r}) and"

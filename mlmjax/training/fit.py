@@ -99,10 +99,10 @@ def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh)
   """Per-device memory of the compiled train step of `settings`, the largest over its phase
   shapes; a program the compiler refuses as too big counts as larger than any budget."""
   setup = train_state.make_setup(settings, vocab_size, mesh)
-  step = steps_lib.make_pretrain_step(setup, settings)
   largest = 0
-  for batch_size, seq_len, predictions in phases_lib.shapes(settings).values():
+  for batch_size, seq_len, predictions, objective in phases_lib.shapes(settings).values():
     batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
+    step = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
     try:
       compiled = step.lower(setup.abstract_state, batch).compile()
     except jax.errors.JaxRuntimeError as e:

@@ -85,6 +85,11 @@ class StepLoop:
     """Whether the host must have finished step `step` before the next one is dispatched."""
     return False
 
+  def stop_due(self, step: int) -> bool:
+    """Whether the run ends after step `step` (e.g. its time budget is spent), with an
+    evaluation and a checkpoint as at its last step."""
+    return False
+
   def run_steps(self, train_step, state, start: int, last: int,
                 profiler: profiling.StepProfiler | None = None) -> tuple[object, int, bool]:
     """Trains steps start+1..last; returns (state, the last step done, preempted). A
@@ -106,8 +111,9 @@ class StepLoop:
       done = step + 1
       # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
       preempted = self.ckpt.reached_preemption(done)
-      save = done % self.checkpoint_every == 0 or done == last or preempted
-      evaluate_now = self.eval_due(done) and not preempted
+      finished = self.stop_due(done)
+      save = done % self.checkpoint_every == 0 or done == last or preempted or finished
+      evaluate_now = (self.eval_due(done) or finished) and not preempted
       if save or evaluate_now or self.sync_due(done):
         self.record_step(*pending)  # what is evaluated or saved below includes step `done`
         pending = None
@@ -119,6 +125,8 @@ class StepLoop:
         logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
                         " the same command again to continue from there", done)
         return state, done, True
+      if finished:
+        return state, done, False
     if pending is not None:
       self.record_step(*pending)
     return state, done, False

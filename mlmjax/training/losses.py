@@ -20,7 +20,7 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
             "nsp_count", "mask_token_correct", "mask_token_count", "sbo_loss_sum", "sbo_correct",
             "rtd_loss_sum", "rtd_count", "rtd_correct", "rtd_replaced", "rtd_predicted",
-            "rtd_true_positive")
+            "rtd_true_positive", "clm_loss_sum", "clm_correct", "clm_count")
 
 
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
@@ -101,7 +101,10 @@ def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
   """Mean cross-entropy per masked token of the global batch (never divides by zero), plus
   the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum), plus
   `objective.span_boundary_weight` x the mean span-boundary cross-entropy (SpanBERT: 1), plus
-  `objective.discriminator_weight` x ELECTRA's mean replaced-token-detection loss per token."""
+  `objective.discriminator_weight` x ELECTRA's mean replaced-token-detection loss per token.
+  The causal-LM objective's sums (causal_lm.py) make its mean next-token loss alone."""
+  if "clm_loss_sum" in sums:
+    return sums["clm_loss_sum"] / jnp.maximum(sums["clm_count"], 1.0)
   mlm_count = jnp.maximum(sums["mlm_count"], 1.0)
   loss = sums["mlm_loss_sum"] / mlm_count
   if "nsp_loss_sum" in sums:
@@ -115,7 +118,13 @@ def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
 
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:
-  """Host-side: accumulated sums -> the metrics people read (loss, accuracy, perplexity)."""
+  """Host-side: accumulated sums -> the metrics people read (loss, accuracy, perplexity). The
+  causal-LM objective's `loss` is its next-token loss (also `clm_loss`, with `clm_accuracy`)."""
+  if "clm_count" in sums:
+    count = max(float(sums["clm_count"]), 1.0)
+    loss = float(sums["clm_loss_sum"]) / count
+    return {"loss": loss, "clm_loss": loss, "clm_accuracy": float(sums["clm_correct"]) / count,
+            "perplexity": math.exp(min(loss, 69.0))}
   count = max(float(sums["mlm_count"]), 1.0)
   loss = float(sums["mlm_loss_sum"]) / count
   out = {

@@ -166,7 +166,9 @@ TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction")
 
 
 def log_progress(step: int, total: int, m: dict[str, float]) -> None:
-  parts = [f"step {step}/{total}", f"loss {m['loss']:.4f}", f"mlm_acc {m['mlm_accuracy']:.4f}",
+  accuracy = (f"clm_acc {m['clm_accuracy']:.4f}" if "clm_accuracy" in m  # a causal-LM phase
+              else f"mlm_acc {m['mlm_accuracy']:.4f}")
+  parts = [f"step {step}/{total}", f"loss {m['loss']:.4f}", accuracy,
            f"lr {m['learning_rate']:.2e}"]
   if "nsp_accuracy" in m:
     parts.insert(3, f"nsp_acc {m['nsp_accuracy']:.4f}")

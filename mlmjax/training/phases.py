@@ -10,6 +10,8 @@ with an optional 4th item, a dict of what else the phase changes:
     mask_rate      the phase's own mask rate schedule, from mask_rate at its first step ...
     mask_rate_end  ... to mask_rate_end at its last (default: mask_rate, constant), shaped by
                    masking.mask_rate_schedule; phases without them follow the run-long one
+    objective      'clm' (next-token prediction, causal_lm.py) or 'mlm' (default:
+                   objective.kind): causal LM first, then MLM
 
 Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model,
 the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
@@ -44,6 +46,13 @@ class Phase:
   rope_base: float
   seed: int  # of its data: document order, packing, masks (not of dropout: the run's seed)
   mask_rates: tuple[float, float] | None = None  # its own (start, end) rates, if it names them
+  objective: str = "mlm"  # objective.kind, or the phase's own 'clm' / 'mlm'
+
+  @property
+  def predictions(self) -> int:
+    """The positions whose tokens a step predicts per row: the masked slots (MLM), or every
+    position but the last (the causal-LM objective)."""
+    return self.seq_len - 1 if self.objective == "clm" else self.max_predictions
 
 
 def options(entry) -> dict:
@@ -109,17 +118,18 @@ def plan(settings: RunSettings) -> list[Phase]:
     phases.append(Phase(i, start, end, seq_len, slots,
                         int(opts.get("batch_size", settings.train.batch_size)),
                         float(opts.get("rope_base", settings.model.rope_base)),
-                        settings.seed + _PHASE_SEED_STRIDE * i, own))
+                        settings.seed + _PHASE_SEED_STRIDE * i, own,
+                        opts.get("objective", settings.objective.kind)))
   return phases
 
 
-def shapes(settings: RunSettings) -> dict[tuple[int, ...], tuple[int, int, int]]:
-  """The run's distinct step shapes, (batch, seq_len, prediction slots), by the indices of
-  the phases that have each: what a compile must check."""
-  out: dict[tuple[int, int, int], list[int]] = {}
+def shapes(settings: RunSettings) -> dict[tuple[int, ...], tuple[int, int, int, str]]:
+  """The run's distinct train steps, (batch, seq_len, prediction slots, objective), by the
+  indices of the phases that have each: what a compile must check."""
+  out: dict[tuple[int, int, int, str], list[int]] = {}
   for phase in plan(settings):
-    out.setdefault((phase.batch_size, phase.seq_len, phase.max_predictions), []).append(
-        phase.index)
+    out.setdefault((phase.batch_size, phase.seq_len, phase.max_predictions, phase.objective),
+                   []).append(phase.index)
   return {tuple(indices): shape for shape, indices in out.items()}
 
 
@@ -128,7 +138,7 @@ def base_shape(settings: RunSettings) -> Phase:
   train.batch_size, whatever train.phases says (the shape the benchmarks measure)."""
   return Phase(0, 0, settings.train.steps, settings.data.seq_len,
                settings.masking.max_predictions_per_seq, settings.train.batch_size,
-               settings.model.rope_base, settings.seed)
+               settings.model.rope_base, settings.seed, objective=settings.objective.kind)
 
 
 def phase_at(phases: list[Phase], steps_done: int) -> Phase:

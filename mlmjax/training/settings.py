@@ -29,7 +29,9 @@ SCHEDULES = ("linear", "cosine", "wsd")
 SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 # What the optional 4th item of a train.phases entry may set (training/phases.py).
-PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end")
+PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end", "objective")
+# The objectives a phase may switch between (training/causal_lm.py).
+PHASE_OBJECTIVES = ("mlm", "clm")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +46,7 @@ class ObjectiveSettings(typed_settings.Section):
   span_boundary_weight: float
 
   def __post_init__(self):
-    typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra"))
+    typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra", "clm"))
     if self.span_boundary_weight < 0:
       raise ConfigError("objective.span_boundary_weight must be >= 0")
     if self.kind == "electra" and self.discriminator_weight <= 0:
@@ -70,6 +72,7 @@ class TrainSettings(typed_settings.Section):
   KEY = "train"
 
   steps: int
+  budget_hours: float
   batch_size: int
   grad_accum_steps: int
   fit: str
@@ -116,6 +119,12 @@ class TrainSettings(typed_settings.Section):
         self.max_checkpoints_to_keep < 1):
       raise ConfigError("train.steps, train.eval_batches, train.max_checkpoints_to_keep and"
                         " the train.*_every_steps intervals must be >= 1")
+    if self.budget_hours < 0:
+      raise ConfigError(f"train.budget_hours={self.budget_hours} must be >= 0 (0: no time"
+                        " budget)")
+    if self.budget_hours and self.phases:
+      raise ConfigError("train.budget_hours ends a run by its time, but train.phases switch at"
+                        " fractions of train.steps: use one or the other")
     if self.learning_rate < 0 or self.warmup_steps < 0:
       raise ConfigError("train.learning_rate and train.warmup_steps must be >= 0")
     if self.grad_accum_steps < 1:
@@ -144,6 +153,8 @@ class TrainSettings(typed_settings.Section):
       for key in ("mask_rate", "mask_rate_end"):
         if key in opts:
           typed_settings.check_rate(f"train.phases {key}", opts[key])
+      if "objective" in opts:
+        typed_settings.one_of("train.phases objective", opts["objective"], PHASE_OBJECTIVES)
       if opts.get("batch_size", 1) < 1 or opts.get("rope_base", 1) <= 0:
         raise ConfigError(f"train.phases entry {tuple(entry)}: batch_size must be >= 1 and"
                           " rope_base > 0")

@@ -16,8 +16,10 @@ import jax.numpy as jnp
 import optax
 
 from mlmjax.parallel import sharding
+from mlmjax.training import causal_lm
 from mlmjax.training import losses
 from mlmjax.training import optimizer
+from mlmjax.training import time_budget
 from mlmjax.training.settings import ObjectiveSettings, RunSettings, TrainSettings
 from mlmjax.training.train_state import MeshSetup, State
 
@@ -34,6 +36,16 @@ class Objective:
   sums: Callable[[dict | jax.Array, dict], Sums]
   # sums, with the global counts in place of their own -> the scalar loss.
   loss: Callable[[Sums], jax.Array]
+  # The batch as the model sees it (the causal-LM objective unmasks the rows).
+  prepare: Callable[[dict], dict] = lambda batch: batch
+  causal: bool = False  # the model's next-token features, under causal attention
+
+
+def causal_lm_objective(per_token_loss: bool = False) -> Objective:
+  """Next-token prediction on the encoder (causal_lm.py)."""
+  return Objective(causal_lm.global_counts,
+                   lambda outputs, batch: causal_lm.sums(outputs, batch, per_token_loss),
+                   lambda s: losses.total_loss(s, None), causal_lm.prepare, causal=True)
 
 
 def pretraining_objective(objective_config: ObjectiveSettings,
@@ -84,7 +96,8 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
-      sums = objective.sums(setup.forward(params, batch, dropout_key=key), batch)
+      outputs = setup.forward(params, batch, dropout_key=key, causal=objective.causal)
+      sums = objective.sums(outputs, batch)
       return objective.loss({**sums, **{c: counts[c] for c in counts if c in sums}}), sums
     return jax.grad(loss_fn, has_aux=True)(params)
 
@@ -111,6 +124,7 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
   def train_step(state: State, batch: dict) -> tuple[State, dict]:
     # The device's only randomness: dropout, a pure function of (seed, step [, micro-batch]).
     key = jax.random.fold_in(dropout_base, state["step"])
+    batch = objective.prepare(batch)
     counts = objective.global_counts(batch)
     if k == 1:
       grads, sums = grads_and_sums(state["params"], batch, key, counts)
@@ -119,14 +133,21 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
     # The global counts are already reduced over devices (the loss needed them first): report
     # those rather than reducing the same sums a second time.
     sums.update({c: counts[c] for c in counts if c in sums})
-    # The schedule follows the step (optimizer.py): the rate logged is the rate applied.
+    # The schedule follows the step, or the time budget (time_budget.py): the rate logged is
+    # the rate applied.
+    position, spent = state["step"], None
+    if time_budget.KEY in batch:  # one value on every process (time_budget.py)
+      spent = jnp.min(batch[time_budget.KEY])
+      position = jnp.maximum(position, spent * train_config.steps)
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"],
-                                         step=state["step"])
+                                         step=position)
     new_state = {"step": state["step"] + 1,
                  "params": optax.apply_updates(state["params"], updates),
                  "opt_state": opt_state}
     grad_norm = optax.global_norm(grads)
-    metrics = {**sums, "grad_norm": grad_norm, "learning_rate": schedule(state["step"]),
+    if spent is not None:
+      sums[time_budget.KEY] = spent
+    metrics = {**sums, "grad_norm": grad_norm, "learning_rate": schedule(position),
                # 1 when the optimizer skipped this update (NaN/Inf in loss or gradients).
                "nonfinite": 1.0 - jnp.isfinite(grad_norm).astype(jnp.float32)}
     return new_state, metrics
@@ -137,11 +158,16 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
                  donate_argnums=0)
 
 
-def make_pretrain_step(setup: MeshSetup, settings: RunSettings, per_token_loss: bool = False
+def make_pretrain_step(setup: MeshSetup, settings: RunSettings, per_token_loss: bool = False,
+                       objective_kind: str | None = None
                        ) -> Callable[[State, dict], tuple[State, dict]]:
-  """The train step of pretraining with `settings` (its objective, optimizer schedule and seed)."""
-  return make_train_step(setup, pretraining_objective(settings.objective, per_token_loss),
-                         settings.train, settings.seed)
+  """The train step of pretraining with `settings` (its objective, optimizer schedule and
+  seed); `objective_kind` 'clm' or 'mlm' (a phase's, phases.py) in place of objective.kind."""
+  if (objective_kind or settings.objective.kind) == "clm":
+    objective = causal_lm_objective(per_token_loss)
+  else:
+    objective = pretraining_objective(settings.objective, per_token_loss)
+  return make_train_step(setup, objective, settings.train, settings.seed)
 
 
 def heldout_sums(outputs: dict, batch: dict) -> Sums:

@@ -14,6 +14,7 @@ bit-identical.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from absl import logging
@@ -38,6 +39,7 @@ from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import profiling
 from mlmjax.training import steps
+from mlmjax.training import time_budget
 from mlmjax.training import train_state
 from mlmjax.training.settings import RunSettings, TrainSettings
 from mlmjax.training import workdir as workdir_lib
@@ -127,7 +129,7 @@ class _Trainer(loop.StepLoop):
     # The mask rate by step (None: masking.mask_rate throughout); phases take their piece.
     self.mask_rates = (phases_lib.mask_rates(settings)
                        if phases_lib.schedules_mask_rate(settings) else None)
-    self._steps_by_rope_base: dict[float, tuple] = {}
+    self._steps_by_graph: dict[tuple[float, str], tuple] = {}
     self.ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                             settings.train.max_checkpoints_to_keep)
     self.checkpoint_every = settings.train.checkpoint_every_steps
@@ -137,6 +139,9 @@ class _Trainer(loop.StepLoop):
                  dict(self.mesh.shape), self.mesh.size)
     self.phase = self.data = None
     self.eval_metrics: dict[str, float] = {}
+    self.budget = (time_budget.TimeBudget(settings.train.budget_hours)
+                   if settings.train.budget_hours else None)
+    self.budget_spent_at: int | None = None  # the step whose metrics said it was spent
 
   def _open_phase(self, phase: phases_lib.Phase):
     """The input of `phase` (its first batch trains step phase.start + 1), prefetched onto
@@ -144,23 +149,25 @@ class _Trainer(loop.StepLoop):
     if self.data is not None:
       self.data.close()
     self.phase = phase
-    self.train_step, self.eval_step = self._steps_for(phase.rope_base)
+    self.train_step, self.eval_step = self._steps_for(phase.rope_base, phase.objective)
     self.data = pipeline.on_mesh(
         self.input.train_iter(phase, phase.start, self.feedback.weights_at, self.mask_rates),
         self.mesh, self.settings.data.device_prefetch)
     return self.data
 
-  def _steps_for(self, rope_base: float):
-    """The train and eval steps of a phase: one pair per rotary base (the base is part of the
-    model's graph, not of its parameters; new shapes only retrace the same jitted steps)."""
-    if rope_base not in self._steps_by_rope_base:
+  def _steps_for(self, rope_base: float, objective: str):
+    """The train and eval steps of a phase: one pair per rotary base and objective (both are
+    part of the step's graph, not of the parameters; new shapes only retrace the same jitted
+    steps). The eval step is MLM's whatever the phase trains."""
+    if (rope_base, objective) not in self._steps_by_graph:
       setup = train_state.with_rope_base(self.setup, self.settings,
                                          self.input.tokenizer.vocab_size, rope_base)
       # Dropout keys are seeded by the run's seed (a phase's seed is its data's).
-      self._steps_by_rope_base[rope_base] = (
-          steps.make_pretrain_step(setup, self.settings, self.feedback.per_token_loss),
+      self._steps_by_graph[rope_base, objective] = (
+          steps.make_pretrain_step(setup, self.settings, self.feedback.per_token_loss,
+                                   objective),
           steps.make_eval_step(setup))
-    return self._steps_by_rope_base[rope_base]
+    return self._steps_by_graph[rope_base, objective]
 
   def _restore(self):
     # The iterator in a checkpoint is that of the phase which trained its last step.
@@ -176,6 +183,8 @@ class _Trainer(loop.StepLoop):
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])
     self.feedback.load(restored.host["feedback"], restored.step)
+    if self.budget:
+      self.budget.load(restored.host.get("budget"))
     logging.info("Resumed from checkpoint at step %d in %s", restored.step, self.ckpt.directory)
     return restored.step, restored.state
 
@@ -189,7 +198,7 @@ class _Trainer(loop.StepLoop):
     self.throughput.set_shapes(
         self.phase.batch_size * self.phase.seq_len,
         train_state.train_flops_per_token(self.settings, self.input.tokenizer.vocab_size,
-                                          self.phase.seq_len, self.phase.max_predictions))
+                                          self.phase.seq_len, self.phase.predictions))
 
   def _eval_missing(self, step: int) -> bool:
     """An eval due at the resumed step that never reached metrics.jsonl (the run stopped
@@ -204,12 +213,17 @@ class _Trainer(loop.StepLoop):
     if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
       self._open_phase(self.phases[self.phase.index + 1])
       self._set_throughput_shapes()
-      logging.info("Phase %d from step %d: seq_len %d, max_predictions %d, batch %d,"
-                   " rope_base %g", self.phase.index, step, self.phase.seq_len,
-                   self.phase.max_predictions, self.phase.batch_size, self.phase.rope_base)
+      logging.info("Phase %d from step %d: %s, seq_len %d, max_predictions %d, batch %d,"
+                   " rope_base %g", self.phase.index, step, self.phase.objective.upper(),
+                   self.phase.seq_len, self.phase.max_predictions, self.phase.batch_size,
+                   self.phase.rope_base)
 
   def next_batch(self, step: int) -> dict:
-    return next(self.data)
+    batch = next(self.data)
+    if self.budget:  # the share spent as the step is dispatched: its schedule position
+      local_rows = self.phase.batch_size // jax.process_count()
+      batch = {**batch, **sharding.to_device(self.budget.batch_entry(local_rows), self.mesh)}
+    return batch
 
   def record_step(self, step: int, device_metrics) -> None:
     """Host side of one finished step: participants, and the log every `log_every_steps`."""
@@ -217,12 +231,18 @@ class _Trainer(loop.StepLoop):
     if step == self.start + 1:
       self.throughput.update(step)  # start timing after the first step: excludes compilation
     self.feedback.after_step(step, m, applied=self.loop.record(step, m))
+    if self.budget and self.budget_spent_at is None and m[time_budget.KEY] >= 1.0:
+      self.budget_spent_at = step
     train = self.settings.train
-    if step % train.log_every_steps == 0 or step == train.steps:
+    last_step = step == train.steps or (self.budget_spent_at is not None
+                                        and step > self.budget_spent_at)
+    if step % train.log_every_steps == 0 or last_step:
       row = self.loop.end_interval(m)
       if row:
         row.update(self.throughput.update(step),
                    input_wait_fraction=self.data.take_wait_fraction())
+        if self.budget:
+          row[time_budget.KEY] = float(m[time_budget.KEY])
         metrics_lib.log_progress(step, train.steps, row)
         self.writer.write(step, row)
 
@@ -232,8 +252,9 @@ class _Trainer(loop.StepLoop):
 
   def evaluate(self, step: int, state) -> None:
     # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
-    out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase, self.mesh,
-                          self.settings.train.batch_size)
+    with self.budget.paused() if self.budget else contextlib.nullcontext():
+      out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase, self.mesh,
+                            self.settings.train.batch_size)
     logging.info("eval at step %d: %s", step,
                  ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
     self.writer.write(step, out)
@@ -242,11 +263,22 @@ class _Trainer(loop.StepLoop):
 
   def save(self, step: int, state) -> None:
     self.writer.flush()  # the rows this checkpoint covers reach a bucket workdir first
-    self.ckpt.save(step, state, self.data, host={"loop": self.loop.state(),
-                                                 "feedback": self.feedback.state()})
+    host = {"loop": self.loop.state(), "feedback": self.feedback.state()}
+    if self.budget:
+      host["budget"] = self.budget.state()
+    self.ckpt.save(step, state, self.data, host=host)
 
   def sync_due(self, step: int) -> bool:
     return self.feedback.syncs_at(step)  # the feedback must see step `step` first
+
+  def stop_due(self, step: int) -> bool:
+    """After the step following the one whose metrics showed the budget spent (the same step
+    on every process: the metric is the devices' own)."""
+    if self.budget_spent_at is None or step == self.settings.train.steps:
+      return False
+    logging.info("Time budget of %g h spent (%.1f s of training) at step %d: final evaluation"
+                 " and checkpoint", self.settings.train.budget_hours, self.budget.spent(), step)
+    return True
 
   # ---- the run -------------------------------------------------------------------------------
   def run(self, stop_after: int | None) -> dict[str, float]:
@@ -259,6 +291,12 @@ class _Trainer(loop.StepLoop):
     self.throughput = metrics_lib.Throughput(train.steps, self._peak_flops())
     self._set_throughput_shapes()
     last = train.steps if stop_after is None else min(train.steps, stop_after)
+    if self.budget:
+      if self.budget.fraction() >= 1.0:
+        logging.info("Time budget of %g h already spent at step %d: nothing to train (raise"
+                     " train.budget_hours to go on)", train.budget_hours, self.start)
+        last = self.start
+      self.budget.start()
     profiler = profiling.StepProfiler(train.profile_steps, self.workdir.path)
     t0 = time.perf_counter()
     try:

@@ -26,6 +26,7 @@ from mlmjax.models import param_names
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import sharding
 from mlmjax.training import optimizer
+from mlmjax.training import time_budget
 from mlmjax.training.settings import ObjectiveSettings, RunSettings
 
 State = dict[str, Any]
@@ -47,8 +48,10 @@ class MeshSetup:
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
-  def forward(self, params, batch, dropout_key=None) -> dict[str, jax.Array]:
-    """The model's outputs on a batch. FSDP: embeddings and heads are gathered over fsdp up
+  def forward(self, params, batch, dropout_key=None, causal: bool = False
+              ) -> dict[str, jax.Array]:
+    """The model's outputs on a batch (with `causal`, its next-token features: bert.py's
+    next_token_features). FSDP: embeddings and heads are gathered over fsdp up
     front, each block's weights only when that block runs. A block's gradient comes back in
     its stored (fsdp) sharding, so it is reduce-scattered (sharding.gather_for_compute); the
     embeddings' and heads' keep the plain constraint, whose gradient is all-reduced (asking
@@ -61,7 +64,8 @@ class MeshSetup:
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings)
     model = nnx.merge(self.graphdef, params)
-    return model(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+    call = model.next_token_features if causal else model
+    return call(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
         sharding.gather_for_compute(p, self.layer_shardings[name],
                                     self.stored_layer_shardings[name])))
 
@@ -142,6 +146,8 @@ def batch_spec(settings: RunSettings, mesh, batch_size: int, seq_len: int,
   spec = batch_schema.shapes(batch_size, seq_len, max_predictions,
                              pairs=formats.has_pair_labels(settings.data.format),
                              span_boundaries=settings.objective.span_boundary_weight > 0)
+  if settings.train.budget_hours:  # the share of the time budget spent (time_budget.py)
+    spec[time_budget.KEY] = ((batch_size,), jnp.float32)
   sharded = sharding.batch_sharding(mesh)
   return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
           for k, (shape, dt) in spec.items()}

@@ -22,10 +22,12 @@ def _inputs():
   return q, k, v, jnp.asarray(seg)
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("impl", ["xla", "pallas_gpu", "splash"])
-def test_every_kernel_that_runs_here_matches_the_reference(impl):
-  """Outputs and gradients on the real tokens (padding outputs are unspecified). The Pallas
-  kernels run in interpret mode, the same kernel code a GPU/TPU compiles."""
+def test_every_kernel_that_runs_here_matches_the_reference(impl, causal):
+  """Outputs and gradients on the real tokens (padding outputs are unspecified), bidirectional
+  and causal. The Pallas kernels run in interpret mode, the same kernel code a GPU/TPU
+  compiles."""
   q, k, v, seg = _inputs()
   real = (seg > 0)[:, :, None, None]
   cotangent = jnp.asarray(np.random.default_rng(1).normal(size=(B, T, N, H)), jnp.float32)
@@ -33,10 +35,11 @@ def test_every_kernel_that_runs_here_matches_the_reference(impl):
   def loss(fn, q, k, v):
     return jnp.sum(jnp.where(real, fn(q, k, v) * cotangent, 0.0))
 
-  want_out = attention.reference(q, k, v, seg)
-  want_grads = jax.grad(lambda *a: loss(lambda *b: attention.reference(*b, seg), *a),
-                        argnums=(0, 1, 2))(q, k, v)
-  kernel = lambda q, k, v: attention.attend(q, k, v, seg, impl, interpret=True)
+  want_out = attention.reference(q, k, v, seg, causal=causal)
+  want_grads = jax.grad(
+      lambda *a: loss(lambda *b: attention.reference(*b, seg, causal=causal), *a),
+      argnums=(0, 1, 2))(q, k, v)
+  kernel = lambda q, k, v: attention.attend(q, k, v, seg, impl, interpret=True, causal=causal)
   out = kernel(q, k, v)
   np.testing.assert_allclose(np.where(real, out, 0), np.where(real, want_out, 0), atol=2e-5)
   grads = jax.grad(lambda *a: loss(kernel, *a), argnums=(0, 1, 2))(q, k, v)
@@ -65,3 +68,26 @@ def test_kernels_this_machine_cannot_run_are_refused_up_front(impl, dropout, mes
   with pytest.raises(errors.ConfigError) as e:
     config_check.checked(config, 1, 1)
   assert str(e.value) == message
+
+
+def test_the_causal_mask_sees_no_future_token_and_no_other_sequence():
+  """Changing the keys and values at positions after t, or in another packed sequence, leaves
+  every kernel's output at t as it was; changing one at or before t (same sequence) does not."""
+  q, k, v, seg = _inputs()
+  future = np.zeros((B, T), bool)
+  future[0, 30:50] = True  # the rest of row 0's first sequence from position 30 ...
+  future[0, 50:101] = True  # ... and its whole second sequence
+  change = jnp.asarray(future)[:, :, None, None]
+  k2, v2 = jnp.where(change, k + 3.0, k), jnp.where(change, -v, v)
+  for impl in ("xla", "pallas_gpu", "splash"):
+    attend = lambda k, v: np.asarray(attention.attend(q, k, v, seg, impl, interpret=True,
+                                                      causal=True))
+    before, after = attend(k, v), attend(k2, v2)
+    np.testing.assert_allclose(after[0, :30], before[0, :30], atol=1e-6, err_msg=impl)
+    np.testing.assert_allclose(after[1], before[1], atol=1e-6, err_msg=impl)  # untouched row
+    assert not np.allclose(after[0, 30:50], before[0, 30:50]), impl  # they see position 30
+  allowed = np.asarray(attention.mask(seg, causal=True))[0, 0]
+  t = np.arange(T)
+  seg0 = np.asarray(seg)[0]
+  want = (seg0[:, None] == seg0[None, :]) & (seg0[None, :] > 0) & (t[:, None] >= t[None, :])
+  np.testing.assert_array_equal(allowed, want)

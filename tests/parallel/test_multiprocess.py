@@ -6,6 +6,7 @@ checkpoints are written collectively; a checkpoint restores onto either process 
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,12 +25,12 @@ OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.train.eval_batches=1", "--config.train.warmup_steps=2"]
 
 
-def _train(workdir, tokenizer_path, processes, stop_after=8):
-  """Runs 8 steps of mlmjax.main (or stops after `stop_after`) on `processes` processes with
-  2 CPU devices in all."""
+def _train(workdir, tokenizer_path, processes, stop_after=8, steps=8, extra=()):
+  """Runs `steps` steps of mlmjax.main (or stops after `stop_after`) on `processes` processes
+  with 2 CPU devices in all; `extra` flags last."""
   base = [sys.executable, "-m", "mlmjax.main", "--config=configs/tiny.py",
           f"--workdir={workdir}", f"--config.tokenizer.path={tokenizer_path}",
-          "--config.train.steps=8", f"--stop_after={stop_after}", *OVERRIDES]
+          f"--config.train.steps={steps}", f"--stop_after={stop_after}", *OVERRIDES, *extra]
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={2 // processes}")
   if processes == 1:
     cmds = [base]
@@ -85,3 +86,19 @@ def test_checkpoint_resumes_on_another_process_count(tmp_path, tokenizer_path, o
   logs = _train(workdir, tokenizer_path, processes=then)
   assert "Resumed from checkpoint at step 4" in logs[0]
   _assert_same(_result(workdir, 8), one_process)
+
+
+def test_two_processes_stop_together_at_their_time_budget(tmp_path, tokenizer_path):
+  """Each process measures its own training time; a step reads the smallest share spent over
+  the devices, so both processes stop after the same step (if they disagreed, the one going on
+  would wait forever in its next collective) and write one final checkpoint there. (Process 1
+  logs warnings only: both ending, and one checkpoint, is what shows they agreed.)"""
+  workdir = str(tmp_path)
+  logs = _train(workdir, tokenizer_path, processes=2, stop_after=100_000, steps=100_000,
+                extra=["--config.train.budget_hours=0.001", "--config.train.warmup_steps=100",
+                       "--config.train.checkpoint_every_steps=100000",
+                       "--config.train.eval_every_steps=100000"])
+  said = re.search(r"Time budget of 0.001 h spent \(([\d.]+) s of training\) at step (\d+)",
+                   logs[0])
+  assert said and float(said.group(1)) >= 3.6 and int(said.group(2)) > 4, logs[0][-2000:]
+  assert os.listdir(os.path.join(workdir, "checkpoints")) == [said.group(2)]

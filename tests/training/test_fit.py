@@ -77,20 +77,23 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
 
 
 def test_the_compile_command_checks_every_phase_shape(tokenizer_path):
-  """A run whose second phase has longer rows is compiled at both shapes, not data.seq_len's
-  alone (a run that fits at 64 can fail when its 128 phase starts)."""
+  """A run whose last phase has longer rows is compiled at each shape, not data.seq_len's
+  alone (a run that fits at 64 can fail when its 128 phase starts), and a causal-LM phase as
+  its own step: at the same shape it predicts 63 positions a row where MLM predicts 10."""
   import jax  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
   from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.masking.mask_rate = 0.15
-  config.train.phases = ((0.5, 64, 10), (0.5, 128, 20))
+  config.train.phases = ((0.25, 64, 10, {"objective": "clm"}), (0.25, 64, 10), (0.5, 128, 20))
   target = targets.Target("cpu-8", "cpu", tuple(jax.devices()), 1, 1 << 30, "8 CPU devices")
   reports = [c.report for c in aot.compile_steps(config, target, which=("train",))]
-  assert [(r["phases"], r["seq_len"], r["batch"]) for r in reports] == [
-      ((0,), 64, 32), ((1,), 128, 32)]
-  assert reports[1]["memory_bytes"]["total"] > reports[0]["memory_bytes"]["total"]
+  assert [(r["phases"], r["objective"], r["seq_len"], r["batch"]) for r in reports] == [
+      ((0,), "clm", 64, 32), ((1,), "mlm", 64, 32), ((2,), "mlm", 128, 32)]
+  total = [r["memory_bytes"]["total"] for r in reports]
+  assert total[0] > total[1] and total[2] > total[1]
+  assert reports[0]["model_flops_per_device"] > reports[1]["model_flops_per_device"]
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 import pytest
 
-from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm
+from configs import bert, biphasic, modernbert, mosaicbert, roberta, spanbert, wwm
 from mlmjax.training import phases
 from mlmjax.training.settings import RunSettings
 
@@ -86,3 +86,12 @@ def test_modernbert(size, layers, hidden, heads, mlp, lr):
 def test_unknown_size_is_a_clear_error():
   with pytest.raises(ValueError, match="unknown BERT size 'huge'; choose one of tiny, mini"):
     bert.get_config("huge")
+
+
+def test_biphasic_is_modernbert_with_a_quarter_of_causal_lm_first():
+  c = biphasic.get_config("large")
+  assert c.model == modernbert.get_config("large").model
+  assert RunSettings.from_config(c).train.phases == (
+      (0.25, 1024, 307, {"objective": "clm"}), (0.75, 1024, 307))
+  plan = phases.plan(RunSettings.from_config(c))
+  assert [(p.objective, p.predictions) for p in plan] == [("clm", 1023), ("mlm", 307)]
