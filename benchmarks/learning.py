@@ -5,8 +5,9 @@ judged by held-out MLM accuracy at 15% masking and by fine-tuning.
       [--finetune_examples=8192] [--eval_batches=20] [--out=runs/learning]
 
 Each finished run is appended to OUT/results.jsonl, and runs already there are not run again:
-a killed study, or one given more arms or seeds later, goes on where it stopped (with the
-calibrations and the tokenizer it made first), and the table covers every run there.
+a killed study, or one given more arms or seeds later, goes on where it stopped, with the
+calibrations it made first (OUT/study.json) and the same tokenizer (trained again on a fresh
+machine; its digest is checked), and the table covers every run there.
 
 An arm is a base (bert, modern, electra) with options added by '+': mask_anneal, muon,
 context_extension, batch_warmup, all_mask, clm_first, time_budget (see OPTIONS). After one
@@ -32,6 +33,7 @@ with the settings of its table in docs/experiments.md.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -149,12 +151,13 @@ def _mean_spread(values: list[float]) -> str:
 
 
 def print_table(results: list[dict]) -> None:
-  """One row per arm: steps, held-out MLM accuracy at 15% and dev accuracy, mean +- sd (%),
+  """One row per arm: steps, held-out MLM accuracy at 15% (all targets, and those whose input
+  was [MASK]) and dev accuracy, mean +- sd (%),
   and each arm's held-out difference from the first arm's next to their combined spread (the
   sum of the two standard deviations): a difference inside it is no ranking."""
   print("\n| arm | seeds | s/step (calibrated) | steps | train minutes | held-out MLM accuracy"
-        " (%) | vs the first arm (points; spread) | constant baseline (%) | `kjv_corrupted` dev"
-        " accuracy (%) |\n|---|---|---|---|---|---|---|---|---|")
+        " (%) | vs the first arm (points; spread) | on [MASK] inputs (%) | constant baseline (%)"
+        " | `kjv_corrupted` dev accuracy (%) |\n|---|---|---|---|---|---|---|---|---|---|")
   arms = list(dict.fromkeys(r["arm"] for r in results))
   accuracy = {arm: [100 * r["eval/mlm_accuracy"] for r in results if r["arm"] == arm]
               for arm in arms}
@@ -170,6 +173,7 @@ def print_table(results: list[dict]) -> None:
     print(f"| {arm} | {len(runs)} | {runs[0]['seconds_per_step']} | {steps:.0f} |"
           f" {statistics.mean(r['train_wall_minutes'] for r in runs):.2f} |"
           f" {_mean_spread([r['eval/mlm_accuracy'] for r in runs])} | {versus} |"
+          f" {_mean_spread([r['eval/mask_token_accuracy'] for r in runs])} |"
           f" {_mean_spread([r['eval/constant_baseline_accuracy'] for r in runs])} |"
           f" {_mean_spread(tuned)} |")
 
@@ -194,16 +198,39 @@ def _done(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def _tokenizer(out: str, calibration: str) -> str:
-  """The study's one tokenizer: the one the first calibration ever made in `out` (recorded in
-  OUT/tokenizer.txt), so that every arm, in any later invocation, reads the same vocabulary and
-  no run trains a tokenizer inside its budget."""
+def _study(out: str) -> dict:
+  """OUT/study.json: each arm's calibrated seconds per step and the tokenizer's digest, the two
+  things every later run of the study must share (a study resumed on a fresh machine trains
+  the tokenizer again, and must get the same one)."""
+  path = os.path.join(out, "study.json")
+  if not os.path.exists(path):
+    return {"seconds_per_step": {}, "tokenizer_sha256": None}
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def _save_study(out: str, study: dict) -> None:
+  with open(os.path.join(out, "study.json"), "w", encoding="utf-8") as f:
+    json.dump(study, f, indent=1, sort_keys=True)
+
+
+def _tokenizer(out: str, study: dict, calibration: str = "") -> str:
+  """The study's one tokenizer: the one the first calibration made on this machine (its path
+  in OUT/tokenizer.txt), so that every arm reads the same vocabulary and no run trains a
+  tokenizer inside its budget; its digest must be the study's."""
   record = os.path.join(out, "tokenizer.txt")
   if not os.path.exists(record):
     with open(record, "w", encoding="utf-8") as f:
       f.write(workdir_lib.Workdir(calibration).saved_tokenizer())
   with open(record, encoding="utf-8") as f:
-    return f.read().strip()
+    path = f.read().strip()
+  with open(path, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  if study["tokenizer_sha256"] not in (None, digest):
+    raise SystemExit(f"{path} is not the tokenizer of the study in {out} (sha256 {digest},"
+                     f" the study's {study['tokenizer_sha256']})")
+  study["tokenizer_sha256"] = digest
+  return path
 
 
 def main():
@@ -225,16 +252,20 @@ def main():
   results = _done(results_path)
   done = {(r["arm"], r["seed"]) for r in results}
   arms, seeds = args.arms.split(","), [int(s) for s in args.seeds.split(",")]
-  tokenizer, steps = None, {}
+  study, tokenizer, steps = _study(args.out), None, {}
   for arm in arms:  # one calibration per arm: every seed of it gets the same number of steps
     if all((arm, seed) in done for seed in seeds):
       continue
     config = arm_config(arm)
     if os.path.exists(os.path.join(args.out, "tokenizer.txt")):
-      config.tokenizer.path = tokenizer = _tokenizer(args.out, "")
+      config.tokenizer.path = tokenizer = _tokenizer(args.out, study)
     calibration = os.path.join(args.out, arm + ".calibration")
-    per_step = seconds_per_step(config, calibration, args.calibration_steps)
-    tokenizer = _tokenizer(args.out, calibration)
+    if arm not in study["seconds_per_step"] or tokenizer is None:  # (a new machine: tokenizer)
+      measured = seconds_per_step(config, calibration, args.calibration_steps)
+      study["seconds_per_step"].setdefault(arm, measured)
+    tokenizer = _tokenizer(args.out, study, calibration)
+    _save_study(args.out, study)
+    per_step = study["seconds_per_step"][arm]
     steps[arm] = (per_step, int(args.minutes * 60 / per_step))
   # Seed by seed through the arms, so that a change in the machine's load hits every arm.
   for seed in seeds:

@@ -86,13 +86,18 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
     choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes))
     settings = fit.apply(settings, choice)
   setup = train_state.make_setup(settings, vocab, mesh)
-  out = []
+  out, evaluated = [], set()
   for phases, (batch, seq_len, train_slots, objective) in phases_lib.shapes(settings).items():
     for name in which:
+      if name == "eval":  # MLM's at eval.mask_rate whatever the phase trains: one a shape
+        if (batch, seq_len) in evaluated:
+          continue
+        evaluated.add((batch, seq_len))
       out.append(_compile_step(name, settings, setup, vocab, target, batch, seq_len,
                                train_slots, objective))
       out[-1].report["phases"] = phases  # the train.phases entries of this shape
-      out[-1].report["objective"] = objective
+      if name == "train":
+        out[-1].report["objective"] = objective
       if choice is not None:
         out[-1].report["fit"] = choice.report()
   return out

@@ -81,7 +81,7 @@ def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
               "--config.train.eval_batches=1", "--config.train.warmup_steps=1")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "nsp_acc" in proc.stderr and "nsp_accuracy" in proc.stderr
-  assert "Phase 1 from step 2: seq_len 64, max_predictions 10" in proc.stderr
+  assert "Phase 1 from step 2: MLM, seq_len 64, max_predictions 10" in proc.stderr
   saved = json.load(open(os.path.join(workdir, "config.json")))
   assert saved["masking"]["strategy"] == "span" and saved["data"]["format"] == "sop"
 
