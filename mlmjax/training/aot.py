@@ -111,8 +111,7 @@ def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, b
     slots = train_slots
     fn = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
     state = setup.abstract_state
-    # The causal-LM objective predicts every position but the last (phases.Phase.predictions).
-    predicted = seq_len - 1 if objective == "clm" else slots
+    predicted = phases_lib.predicted_positions(seq_len, slots, objective)
     per_token = train_state.train_flops_per_token(settings, vocab, seq_len, predicted)
   else:
     slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)

@@ -52,7 +52,12 @@ class Phase:
   def predictions(self) -> int:
     """The positions whose tokens a step predicts per row: the masked slots (MLM), or every
     position but the last (the causal-LM objective)."""
-    return self.seq_len - 1 if self.objective == "clm" else self.max_predictions
+    return predicted_positions(self.seq_len, self.max_predictions, self.objective)
+
+
+def predicted_positions(seq_len: int, slots: int, objective: str) -> int:
+  """Phase.predictions of a step's shape and objective."""
+  return seq_len - 1 if objective == "clm" else slots
 
 
 def options(entry) -> dict:
