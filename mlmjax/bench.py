@@ -6,8 +6,9 @@ Reports the train step (median and best step time, tokens/s, FLOPs per step and 
 MFU against this machine's measured matmul peak and the device's rated peak where known,
 compile time, memory), the host pipeline alone (tokens/s of batches with fresh masks, with the
 config's data.worker_count; for prepared data also of the raw text it came from), and, with
---loop_steps, the fraction of a short real training run spent waiting for input. The step is
-timed on a fixed real batch, so the host pipeline is not in its numbers.
+--loop_steps, the fraction of a short real training run spent waiting for input; --trace=DIR
+keeps a profile trace of three steps. The step is timed on a fixed real batch, so the host
+pipeline is not in its numbers.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ _INPUT_SECONDS = flags.DEFINE_float("input_seconds", 3.0,
                                     "How long to time the host pipeline alone (0: skip).")
 _LOOP_STEPS = flags.DEFINE_integer("loop_steps", 0, "Steps of a real training run whose input-"
                                    "wait fraction is reported (0: skip).")
+_TRACE = flags.DEFINE_string("trace", "", "Folder for a profile trace of 3 more steps after the"
+                             " timed ones (TensorBoard's xplane.pb and Perfetto's trace.json.gz).")
 
 
 def main(argv):
   del argv
   metrics.quiet_library_logs()
   out = {"config": config_flags.get_config_filename(flags.FLAGS["config"]),
-         **benchmark.measure(_CONFIG.value, _STEPS.value, _INPUT_SECONDS.value, _LOOP_STEPS.value)}
+         **benchmark.measure(_CONFIG.value, _STEPS.value, _INPUT_SECONDS.value, _LOOP_STEPS.value,
+                            _TRACE.value)}
   print(json.dumps(out), flush=True)
 
 

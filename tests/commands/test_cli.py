@@ -1,5 +1,7 @@
 """The command line, run as a user runs it: subprocesses from the repository root."""
 
+import glob
+import gzip
 import json
 import os
 import subprocess
@@ -97,9 +99,9 @@ def test_cli_bad_masking_value_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_prints_its_numbers(tokenizer_path):
+def test_bench_prints_its_numbers(tokenizer_path, tmp_path):
   proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
-              "--loop_steps=10",
+              "--loop_steps=10", f"--trace={tmp_path}",
               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
               "--config.train.batch_size=8")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -112,3 +114,18 @@ def test_bench_prints_its_numbers(tokenizer_path):
   assert result["step_ms_min"] <= result["step_ms_median"]
   assert 0 <= result["input_wait_fraction"] < 1
   assert result["rated_peak_tflops"] is None  # a CPU has no datasheet peak
+  # --trace: a profile of 3 more train steps
+  trace, = glob.glob(str(tmp_path / "plugins/profile/*/perfetto_trace.json.gz"))
+  with gzip.open(trace) as f:
+    events = json.load(f)["traceEvents"]
+  assert sum("train_step" in e.get("name", "") and e.get("ph") == "X" for e in events) >= 3
+
+
+def test_gpu_script_stops_where_there_is_no_gpu(tmp_path):
+  """benchmarks/gpu.sh measures nothing on a machine without a GPU: it says so and exits 1."""
+  proc = subprocess.run(["bash", "benchmarks/gpu.sh", str(tmp_path), "data/none"], cwd=REPO,
+                        env={**user_env(), "PYTHON": sys.executable}, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 1, proc.stdout + proc.stderr
+  assert "AssertionError: no GPU: nothing to measure" in proc.stdout
+  assert sorted(os.listdir(tmp_path)) == ["device.txt"]
