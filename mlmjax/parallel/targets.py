@@ -111,9 +111,12 @@ def _quiet_libtpu():
   later from this one (a training run) that it is on a TPU VM (plugins.tpu_vm), or make jax
   load libtpu there from that path, however well hidden (plugins.py)."""
   before = dict(os.environ)
+  # TPU_SKIP_MDS_QUERY: jax sets it when it starts its backends on a machine without TPU chips,
+  # but only the first time; when a GPU target started them, libtpu loaded later would ask the
+  # GCE metadata server for the slice instead (30 tries, ~29 s, for each key it reads).
   for key, value in (("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
                      ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-                     ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
+                     ("TPU_SKIP_MDS_QUERY", "1"), ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
     os.environ.setdefault(key, value)
   try:
     yield

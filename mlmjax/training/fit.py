@@ -3,7 +3,8 @@ recomputation (model.remat) that make the train step fit device memory, chosen b
 candidates with the real compiler for the run's mesh (or mlmjax.compile's target).
 
     k: the micro-batch counts every phase's batch allows (whole rows per device), fewest first
-    the fewest k whose step fits with model.remat='full' (the least memory at a given k),
+    the fewest k with model.remat='none' if it fits (one compile where the step fits as it is)
+    else the fewest k whose step fits with model.remat='full' (the least memory at a given k),
       found by bisection (memory falls as k grows)
     at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full'
 
@@ -133,6 +134,9 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
                    remat, _needs(measured[k, remat]), budget / GiB)
     return measured[k, remat]
 
+  # The best candidate first: where the step fits as it is, one compile decides.
+  if need(counts[0], REMATS[0]) <= budget:
+    return Choice(counts[0], REMATS[0], need(counts[0], REMATS[0]), budget, len(measured))
   low, high = 0, len(counts) - 1  # bisect for the fewest k that fits with 'full'
   least = need(counts[high], "full")
   if least > budget:

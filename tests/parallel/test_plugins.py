@@ -84,3 +84,20 @@ def test_jax_platforms_naming_a_platform_keeps_its_plugin():
     out = subprocess.run([sys.executable, "-c", check], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120, check=True)
     assert out.stdout.split() == hidden.split(), platforms
+
+
+def test_a_tpu_target_after_a_gpu_target_asks_no_metadata_server():
+  """A GPU target first starts jax's backends (which set TPU_SKIP_MDS_QUERY only then), a TPU
+  target then loads libtpu: it must not ask the GCE metadata server for its slice (30 tries
+  for each of 4 keys, two minutes, where there is none)."""
+  code = ("from mlmjax.parallel import targets; targets.get('h100x8');"
+          " print(len(targets.get('v5p-8').devices))")
+  env = user_env()
+  # as in a user's shell (this process's jax has set TPU_SKIP_MDS_QUERY)
+  for key in ("JAX_PLATFORMS", "TPU_SKIP_MDS_QUERY"):
+    env.pop(key, None)
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.split()[-1] == "4"
+  assert "Failed to fetch URL" not in proc.stderr, proc.stderr[-2000:]

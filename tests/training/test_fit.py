@@ -44,6 +44,14 @@ def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
     fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
 
 
+def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
+  settings = RunSettings.from_config(_config(tokenizer_path))
+  mesh = sharding.make_mesh(settings.mesh)
+  choice = fit.choose(settings, VOCAB, mesh, budget=int(1 * fit.GiB))
+  assert (choice.grad_accum_steps, choice.remat, choice.compiled) == (1, "none", 1)
+  assert 0.06 * fit.GiB < choice.memory_bytes < 0.1 * fit.GiB  # 86.9 MiB (module docstring)
+
+
 @pytest.mark.slow
 def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_path, tmp_path,
                                                                    caplog):
@@ -54,14 +62,15 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(config, workdir)
   logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
-  # 'full' at 8 (does anything fit?), then bisection at 2 and 1, then 'none' and
-  # 'dots_saveable' at 2: 5 compiles of the 12 candidates.
+  # the step as it is (1, 'none'), 'full' at 8 (does anything fit?), then bisection at 2 and
+  # 1, then 'none' and 'dots_saveable' at 2: 6 compiles of the 12 candidates.
   assert [m.split(" needs")[0] for m in logged[:-1]] == [
+      "Fit: grad_accum_steps=1, remat='none'",
       "Fit: grad_accum_steps=8, remat='full'", "Fit: grad_accum_steps=2, remat='full'",
       "Fit: grad_accum_steps=1, remat='full'", "Fit: grad_accum_steps=2, remat='none'",
       "Fit: grad_accum_steps=2, remat='dots_saveable'"]
   assert logged[-1].startswith("Fit: train.grad_accum_steps=2, model.remat='dots_saveable':")
-  assert logged[-1].endswith("(5 candidates compiled)")
+  assert logged[-1].endswith("(6 candidates compiled)")
   saved = json.load(open(os.path.join(workdir, "fit.json")))
   assert (saved["choice"]["grad_accum_steps"], saved["choice"]["remat"]) == (2, "dots_saveable")
   ran = json.load(open(os.path.join(workdir, "config.json")))
