@@ -218,18 +218,20 @@ def test_data_parallel_step_reduces_gradients_once():
   assert reduced == num_params + VOCAB * 64 + 2 == 106_816 + 32_768 + 2
 
 
-def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
+def test_fsdp_step_gathers_each_weight_for_compute_and_reduces_each_gradient_once():
   """FSDP over 8 devices: each fsdp-sharded weight is all-gathered for compute (see
   train_state.MeshSetup.forward): embeddings and heads once, a block's weights as the block runs and
   again in the backward pass (instead of keeping every layer's gathered copy alive); each
-  gradient is reduced once; activations stay on their device (no all-to-all or permutes,
-  which GSPMD picks without the compute constraint).
+  gradient is reduced once; activations stay on their device (no permutes, which GSPMD picks
+  without the compute constraint), but for the gradient of the token embedding's lookup: the
+  device's [rows, T, width] hidden-state gradient sent once to the devices holding each slice
+  of the table (one all-to-all, with the batch's token ids all-gathered), cheaper than summing
+  the [vocab, width] table's gradient over every device as the data-parallel step does.
 
-  The CPU compiler emits the gradient reduction as all-reduce + slice, so the all-reduces here
-  carry the same gradients as in the data-parallel step (see above)."""
+  The CPU compiler emits the other gradient reductions as all-reduce + slice."""
   setup, compiled = _compiled_step((1, 8, 1))
   ops = collectives_in(compiled.as_text())
-  assert set(ops) == {"all-gather", "all-reduce"}, dict(ops)
+  assert set(ops) == {"all-gather", "all-reduce", "all-to-all"}, dict(ops)
   sizes = lambda shapes: sorted(int(np.prod(s)) for s in shapes)
   params = jax.tree.leaves(setup.abstract_state["params"])
   in_blocks = jax.tree.leaves(setup.abstract_state["params"]["blocks"])
@@ -240,15 +242,20 @@ def test_fsdp_step_gathers_each_weight_for_compute_and_moves_no_activations():
   # where the backward pass reads them (a scale, not a bias).
   once_and_matrices = collections.Counter(fsdp(params) + fsdp(p for p in in_blocks if p.ndim > 1))
   at_most = once_and_matrices + collections.Counter(fsdp(p for p in in_blocks if p.ndim == 1))
+  rows, seq_len = synthetic_batches(1)[0]["input_ids"].shape
+  # ... and the batch's token ids, which the lookup's gradient scatters by, once.
   gathered = collections.Counter(sizes(sum(ops["all-gather"], [])))
+  gathered -= collections.Counter({rows * seq_len: 1})
   assert once_and_matrices <= gathered <= at_most, gathered
-  # Each gradient reduced once, besides scalars. (A block's gradient comes back in its fsdp
-  # sharding, sharding.gather_for_compute: TPU's compiler reduce-scatters it, see
-  # test_compile_targets.py; the CPU compiler all-reduces and slices.)
+  (moved,) = ops["all-to-all"]
+  assert sum(sizes(moved)) == rows // 8 * seq_len * 64
+  # Each gradient reduced once, besides scalars: the token embedding's for its use as the MLM
+  # decoder only. (A gradient comes back in its fsdp sharding, sharding.gather_for_compute:
+  # TPU's compiler reduce-scatters it, see test_compile_targets.py; the CPU compiler
+  # all-reduces and slices.)
   combined = max(ops["all-reduce"], key=len)
   assert all(s == () for op in ops["all-reduce"] if op is not combined for s in op)
-  token_embedding = setup.abstract_state["params"]["token_embedding"].shape
-  assert sizes(s for s in combined if s) == sizes([p.shape for p in params] + [token_embedding])
+  assert sizes(s for s in combined if s) == sizes([p.shape for p in params])
 
 
 def test_fsdp_shards_parameter_and_optimizer_memory():
