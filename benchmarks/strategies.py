@@ -92,8 +92,9 @@ def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
 def _mean_sd(values: list[float], scale: float) -> str:
   if not values:
     return "-"
-  sd = statistics.stdev(values) if len(values) > 1 else 0.0
-  return f"{scale * statistics.mean(values):.1f} ± {scale * sd:.1f}"
+  if len(values) == 1:  # one seed has no spread to show
+    return f"{scale * values[0]:.1f}"
+  return f"{scale * statistics.mean(values):.1f} ± {scale * statistics.stdev(values):.1f}"
 
 
 def print_table(rows: list[dict], tasks) -> None:
