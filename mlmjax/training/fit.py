@@ -9,7 +9,8 @@ candidates with the real compiler for the run's mesh (or mlmjax.compile's target
     at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full'
 
 A candidate's memory is what its compiled train step needs per device (memory_bytes), the
-largest over the run's phase shapes; it fits when that is at most the budget
+largest over the run's phase shapes (compiled longest rows first, stopping at the first over
+the budget); it fits when that is at most the budget
 (train.fit_memory_gib, else the device's memory). The eval step, forward only, needs less. The
 global batch, the data and the learning do not change with the choice: accumulation gives the
 same update as the whole batch at once (steps.py), and remat only recomputes. A run keeps its
@@ -96,12 +97,17 @@ def micro_batch_counts(settings: RunSettings, mesh: jax.sharding.Mesh) -> list[i
   return [k for k in range(1, min(sizes) // dp + 1) if all(s % (dp * k) == 0 for s in sizes)]
 
 
-def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> int:
+def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
+                budget: int | None = None) -> int:
   """Per-device memory of the compiled train step of `settings`, the largest over its phase
-  shapes; a program the compiler refuses as too big counts as larger than any budget."""
+  shapes; a program the compiler refuses as too big counts as larger than any budget. The
+  shape with the most tokens is compiled first, and once one needs more than `budget` the
+  rest are not compiled (the candidate does not fit whatever they need: BERT's 128-token
+  phase is not compiled for a candidate whose 512-token phase is over)."""
   setup = train_state.make_setup(settings, vocab_size, mesh)
   largest = 0
-  for batch_size, seq_len, predictions, objective in phases_lib.shapes(settings).values():
+  shapes = sorted(phases_lib.shapes(settings).values(), key=lambda s: -s[0] * s[1])
+  for batch_size, seq_len, predictions, objective in shapes:
     batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
     step = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
     try:
@@ -111,6 +117,8 @@ def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh)
         raise
       return _TOO_BIG
     largest = max(largest, memory_bytes(compiled)["total"])
+    if budget is not None and largest > budget:
+      break
   return largest
 
 
@@ -129,7 +137,7 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
   def need(k: int, remat: str) -> int:
     if (k, remat) not in measured:
       candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
-      measured[k, remat] = step_memory(candidate, vocab_size, mesh)
+      measured[k, remat] = step_memory(candidate, vocab_size, mesh, budget)
       logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)", k,
                    remat, _needs(measured[k, remat]), budget / GiB)
     return measured[k, remat]

@@ -52,6 +52,27 @@ def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
   assert 0.06 * fit.GiB < choice.memory_bytes < 0.1 * fit.GiB  # 86.9 MiB (module docstring)
 
 
+def test_a_candidate_over_budget_at_its_longest_rows_compiles_no_other_shape(tokenizer_path):
+  """BERT-style phases (64- then 128-token rows): the 128-token step is compiled first, and a
+  candidate it puts over the budget is known not to fit without compiling the 64-token step."""
+  import jax  # pylint: disable=g-import-not-at-top
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _, **__: compiles.append(event)
+      if event == "/jax/core/compile/backend_compile_duration" else None)
+  config = _config(tokenizer_path, phases=((0.5, 64, 10), (0.5, 128, 20)))
+  settings = RunSettings.from_config(config)
+  mesh = sharding.make_mesh(settings.mesh)
+  fit.step_memory(settings, VOCAB, mesh)  # also compiles the state's set-up, once a process
+  def compiled(*args):
+    before = len(compiles)
+    return fit.step_memory(settings, VOCAB, mesh, *args), len(compiles) - before
+  whole, steps = compiled()  # both shapes: the larger's memory
+  assert steps == 2
+  over, steps = compiled(int(BUDGET_GIB * fit.GiB))
+  assert steps == 1 and over == whole > BUDGET_GIB * fit.GiB
+
+
 @pytest.mark.slow
 def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_path, tmp_path,
                                                                    caplog):
