@@ -52,12 +52,13 @@ class MeshSetup:
               ) -> dict[str, jax.Array]:
     """The model's outputs on a batch (with `causal`, its next-token features: bert.py's
     next_token_features). FSDP: embeddings and heads are gathered over fsdp up front, each
-    block's weights only when that block runs; every gradient comes back in its stored (fsdp)
-    sharding (sharding.gather_for_compute), so none is summed whole. For the token embedding
-    that lets GSPMD move the hidden states' gradient to the devices holding each slice of the
-    table (one all-to-all of [tokens, width], 12.6 MB a step for BERT-base over fsdp 8) instead
-    of all-reducing the table's gradient (94 MB); docs/performance.md has the before/after.
-    No-ops without an fsdp axis."""
+    block's weights only when that block runs; every gradient is asked for in its stored
+    (fsdp) sharding (sharding.gather_for_compute), not summed whole on every device. For the
+    token embedding's lookup that lets GSPMD move the hidden states' gradient to the devices
+    holding each slice of the table (one all-to-all of [tokens, width], 12.6 MB a step for
+    BERT-base over fsdp 8) instead of all-reducing the table's gradient (94 MB); XLA still
+    all-reduces the tied decoder's part (docs/performance.md has the figures). No-ops without
+    an fsdp axis."""
     stored = self.state_shardings["params"]
     def gather_outside_blocks(path, p, c, s):
       if "blocks" in param_names.path_keys(path):
