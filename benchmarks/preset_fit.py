@@ -8,7 +8,9 @@ rematerialisation (mlmjax/training/fit.py), from this machine (no accelerator ne
 Each row is appended to --results as one JSON line as soon as it is compiled (and --table
 rewritten from every row there), and rows already there are not compiled again: a killed run,
 or one given more presets or targets later, goes on where it stopped. A row that does not
-fit at any setting says so (the compiler's own numbers).
+fit at any setting says so (the compiler's own numbers). Each row compiles in a process of its
+own: one whose compiler crashes (libtpu 0.0.42.1 overflowed its stack on bert:large for v6e-8)
+becomes a row that says so and in which function; delete its line to compile it again.
 
 The mesh follows the slice: data parallel on one host (8 chips or fewer), FSDP over every chip of
 a larger slice (config.mesh.shape = (1, -1, 1)), as docs/scaling.md advises. On 8 x H100 the
@@ -19,10 +21,14 @@ of a preset is compiled (BERT's 128 and 512 phases: two lines of one row).
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib
 import json
 import os
+import signal
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -96,6 +102,46 @@ def row(preset: str, target_name: str, fit: str = "auto") -> dict:
           "shapes": shapes, "compile_s": round(time.perf_counter() - t0, 1)}
 
 
+def row_in_child(preset: str, target_name: str, fit: str) -> dict | None:
+  """`row` in a process of its own (this script with --child), so that a compiler that crashes
+  ends its row with what killed it rather than the whole table, and each row's compiler memory
+  is given back when it ends. The child's log (the fit search's candidates) is passed on live."""
+  t0 = time.perf_counter()
+  with tempfile.TemporaryFile("w+") as out, subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), f"--presets={preset}",
+       f"--targets={target_name}", f"--fit={fit}", "--child"],
+      stdout=out, stderr=subprocess.PIPE, text=True) as child:
+    log = collections.deque(maxlen=200)  # enough for a failure handler's report
+    for line in child.stderr:
+      sys.stderr.write(line)
+      log.append(line)
+    child.wait()
+    out.seek(0)
+    stdout = out.read()
+  return row_of_child(preset, target_name, child.returncode, stdout, "".join(log),
+                      round(time.perf_counter() - t0, 1))
+
+
+def row_of_child(preset: str, target_name: str, returncode: int, stdout: str, stderr: str,
+                 seconds: float) -> dict | None:
+  """The row a --child process printed. A child killed by a signal (the compiler crashed) gives
+  a row that says so and where, from the failure handler's lines that libtpu and XLA print; one
+  that failed otherwise (a Python error: a bug to fix, then compile again) gives none."""
+  if returncode == 0:
+    return json.loads(stdout.strip().splitlines()[-1])
+  lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+  if returncode > 0:
+    print(f"{preset} on {target_name}: not compiled (exit status {returncode}):"
+          f" {lines[-1] if lines else ''}", file=sys.stderr)
+    return None
+  how = signal.Signals(-returncode).name
+  if any(line.startswith("***") and "STACK OVERFLOW" in line for line in lines):
+    how += ", stack overflow"
+  where = next((line.split()[-1] for line in lines if line.startswith("PC: @")), "unknown")
+  return {"preset": preset, "target": target_name, "fits": False, "crashed": True,
+          "error": f"the compiler crashed ({how}) in {where}", "compile_s": seconds}
+
+
 def table(rows: list[dict]) -> str:
   """The markdown table of every row (one line per phase shape)."""
   lines = ["| preset | target | seq | batch | mesh | fits | accumulation, remat | GiB / device |"
@@ -106,7 +152,8 @@ def table(rows: list[dict]) -> str:
                                       TARGETS.index(r["target"]) if r["target"] in TARGETS
                                       else 99)):
     if "shapes" not in r:
-      lines.append(f"| {r['preset']} | {r['target']} | | | | no | | | {r['error']} |"
+      fits = "compiler crashed" if r.get("crashed") else "no"
+      lines.append(f"| {r['preset']} | {r['target']} | | | | {fits} | | | {r['error']} |"
                    f" {r['compile_s']:.0f} s |")
       continue
     for s in r["shapes"]:
@@ -150,6 +197,8 @@ def main(argv: list[str]) -> None:
   p.add_argument("--table", default=TABLE)
   p.add_argument("--fit", default="auto", choices=("auto", "off"),
                  help="'off': each preset as shipped, without the search (one compile a row)")
+  p.add_argument("--child", action="store_true",
+                 help="compile the one preset and target given and print its row (internal)")
   args = p.parse_args(argv)
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.FLAGS.mark_as_parsed()  # mlmjax's library reads absl flags; this script has none
@@ -159,11 +208,20 @@ def main(argv: list[str]) -> None:
   for target in args.targets.split(","):
     if targets_lib.parse_tpu(target) is None:
       targets_lib.get(target)
+  if args.child:  # its log shows the fit search's candidates as they are compiled
+    from absl import logging  # pylint: disable=g-import-not-at-top
+    from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+    logging.set_verbosity(logging.INFO)
+    metrics.quiet_library_logs()
+    print(json.dumps(row(args.presets, args.targets, args.fit)), flush=True)
+    return
   for preset in args.presets.split(","):
     for target in args.targets.split(","):
       if (preset, target) in done:
         continue
-      result = row(preset, target, args.fit)
+      result = row_in_child(preset, target, args.fit)
+      if result is None:
+        continue
       print(json.dumps(result), flush=True)
       with open(args.results, "a", encoding="utf-8") as f:
         f.write(json.dumps(result) + "\n")

@@ -145,14 +145,10 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
   # The best candidate first: where the step fits as it is, one compile decides.
   if need(counts[0], REMATS[0]) <= budget:
     return Choice(counts[0], REMATS[0], need(counts[0], REMATS[0]), budget, len(measured))
-  low, high = 0, len(counts) - 1  # bisect for the fewest k that fits with 'full'
-  least = need(counts[high], "full")
-  if least > budget:
-    raise errors.ConfigError(
-        f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
-        f" train.grad_accum_steps={counts[high]} (the most the batch allows) with"
-        f" model.remat='full' {_needs(least)}: shard over more devices (config.mesh.shape), or"
-        " use a smaller model or row length")
+  # Bisect for the fewest k that fits with 'full' (memory falls as k grows), taking the most
+  # micro-batches to fit until shown otherwise: that candidate (one row a device, for BERT on
+  # 8 chips 32 micro-batches) is compiled only when no fewer fit.
+  low, high = 0, len(counts) - 1
   while low < high:
     mid = (low + high) // 2
     if need(counts[mid], "full") <= budget:
@@ -160,6 +156,12 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
     else:
       low = mid + 1
   k = counts[low]
+  if need(k, "full") > budget:
+    raise errors.ConfigError(
+        f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
+        f" train.grad_accum_steps={k} (the most the batch allows) with"
+        f" model.remat='full' {_needs(need(k, 'full'))}: shard over more devices"
+        " (config.mesh.shape), or use a smaller model or row length")
   remat = next(r for r in REMATS if need(k, r) <= budget)
   return Choice(k, remat, need(k, remat), budget, len(measured))
 
