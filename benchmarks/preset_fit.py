@@ -9,8 +9,8 @@ Each row is appended to --results as one JSON line as soon as it is compiled (an
 rewritten from every row there), and rows already there are not compiled again: a killed run,
 or one given more presets or targets later, goes on where it stopped. A row that does not
 fit at any setting says so (the compiler's own numbers). Each row compiles in a process of its
-own: one whose compiler crashes (libtpu 0.0.42.1 overflowed its stack on bert:large for v6e-8)
-becomes a row that says so and in which function; delete its line to compile it again.
+own: one whose compiler crashes (libtpu 0.0.42.1 does, on bert:large for v6e-8) becomes a row
+that says so and in which function; delete its line to compile it again.
 
 The mesh follows the slice: data parallel on one host (8 chips or fewer), FSDP over every chip of
 a larger slice (config.mesh.shape = (1, -1, 1)), as docs/scaling.md advises. On 8 x H100 the
