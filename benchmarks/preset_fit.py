@@ -202,19 +202,18 @@ def main(argv: list[str]) -> None:
   args = p.parse_args(argv)
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.FLAGS.mark_as_parsed()  # mlmjax's library reads absl flags; this script has none
-  rows = _read(args.results)
-  done = {(r["preset"], r["target"]) for r in rows}
-  # GPU targets first, before anything imports jax: jax loads the CUDA plugin when imported.
-  for target in args.targets.split(","):
-    if targets_lib.parse_tpu(target) is None:
-      targets_lib.get(target)
   if args.child:  # its log shows the fit search's candidates as they are compiled
+    # A GPU target first, before anything imports jax: jax loads the CUDA plugin when imported.
+    if targets_lib.parse_tpu(args.targets) is None:
+      targets_lib.get(args.targets)
     from absl import logging  # pylint: disable=g-import-not-at-top
     from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
     logging.set_verbosity(logging.INFO)
     metrics.quiet_library_logs()
     print(json.dumps(row(args.presets, args.targets, args.fit)), flush=True)
     return
+  rows = _read(args.results)
+  done = {(r["preset"], r["target"]) for r in rows}
   for preset in args.presets.split(","):
     for target in args.targets.split(","):
       if (preset, target) in done:
