@@ -312,6 +312,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
   config.train.checkpoint_every_steps = 2000
   config.train.max_checkpoints_to_keep = 3
+  # Compiled programs kept on disk (jax's persistent compilation cache), so a resumed or
+  # restarted run loads its steps instead of compiling them again (minutes on a TPU slice):
+  # '' = the cache the process already has (JAX_COMPILATION_CACHE_DIR), else
+  # WORKDIR/compile_cache; a folder (local or a bucket, shareable by runs); 'off'.
+  config.train.compilation_cache = ""
 
   config.eval = ml_collections.ConfigDict()
   # Held-out MLM metrics are measured at this mask rate whatever masking.mask_rate is (as

@@ -102,6 +102,7 @@ class TrainSettings(typed_settings.Section):
   eval_batches: int
   checkpoint_every_steps: int
   max_checkpoints_to_keep: int
+  compilation_cache: str
 
   def __post_init__(self):
     typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)

@@ -29,6 +29,7 @@ from mlmjax.models import flops
 from mlmjax.parallel import distributed
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import compile_cache
 from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import learning_curves
@@ -108,7 +109,8 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   config_check.check(settings)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
-  with workdir_lock.WorkdirLock(run.lock, workdir):
+  with workdir_lock.WorkdirLock(run.lock, workdir), compile_cache.enabled(
+      settings.train.compilation_cache, run.compile_cache):
     return _Trainer(settings, run).run(stop_after)
 
 
@@ -135,8 +137,9 @@ class _Trainer(loop.StepLoop):
     self.checkpoint_every = settings.train.checkpoint_every_steps
     num_params = sum(int(np.prod(x.shape))
                      for x in jax.tree.leaves(self.setup.abstract_state["params"]))
-    logging.info("Model: %s parameters; mesh %s on %d devices", f"{num_params:,}",
-                 dict(self.mesh.shape), self.mesh.size)
+    logging.info("Model: %s parameters; mesh %s on %d devices; compilation cache: %s",
+                 f"{num_params:,}", dict(self.mesh.shape), self.mesh.size,
+                 compile_cache.describe())
     self.phase = self.data = None
     self.eval_metrics: dict[str, float] = {}
     self.budget = (time_budget.TimeBudget(settings.train.budget_hours)

@@ -16,6 +16,8 @@
       tensorboard/         event files
       curves.png           loss, accuracy, learning rate and tokens/s over the steps (plot.py)
       lock                 who is training in this workdir (workdir_lock.py)
+      compile_cache/       compiled train and eval steps, loaded by a resume instead of
+                           compiling again (compile_cache.py; train.compilation_cache)
       finetune/TASK/       a fine-tuning run (mlmjax/finetuning/; TASK.random_init/ its
                            baseline): the same layout (its own config.json, checkpoints,
                            metrics, curves, lock) plus
@@ -71,6 +73,7 @@ class Workdir:
   curves = property(lambda self: self._join("curves.png"))
   fit = property(lambda self: self._join("fit.json"))  # train.fit='auto': the choice made
   lock = property(lambda self: self._join("lock"))
+  compile_cache = property(lambda self: paths.join(paths.abspath(self.path), "compile_cache"))
   results = property(lambda self: self._join("results.json"))
 
   def finetune(self, task: str, random_init: bool = False) -> "Workdir":

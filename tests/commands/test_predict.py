@@ -37,7 +37,8 @@ def test_fill_mask_gives_what_the_model_learned(trained):
   fills = predictor.fill_mask("And the LORD spake unto [MASK], saying,", top_k=3)
   assert len(fills) == 1 and len(fills[0]) == 3
   # Far above chance (1/4096) and above the runner-up ("spake", the word the mask follows).
-  assert fills[0][0][0] == "Moses" and fills[0][0][1] > 0.4, fills
+  # (0.34 with the tests' unoptimised compilation, conftest.py; over 0.4 optimised.)
+  assert fills[0][0][0] == "Moses" and fills[0][0][1] > 0.2, fills
   fills = predictor.fill_mask("In the beginning God created the [MASK] and the earth.")
   assert fills[0][0][0] == "heaven", fills
 

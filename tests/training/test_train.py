@@ -46,8 +46,17 @@ def test_resume_is_bit_identical_with_stacked_layers(tmp_path, micro_config, cap
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
   train.train_and_evaluate(micro_config, straight)  # 8 steps in one go
   micro_config.train.checkpoint_every_steps = 3  # the checkpoint at 3 must not matter
+  # The split run keeps its compiled programs in a folder of its own, where the resume finds
+  # them (the train and eval steps at least) instead of compiling again (compile_cache.py).
+  cache, loaded = tmp_path / "compile_cache", []
+  micro_config.train.compilation_cache = str(cache)
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _, **__: loaded.append(event)
+      if event == "/jax/compilation_cache/cache_retrieval_time_sec" else None)
   a, _ = assert_resumes_exactly(micro_config, straight, split, 5, caplog)  # 5 steps, then 3
   assert int(a["step"]) == 8
+  assert f"compilation cache: {cache}" in caplog.text and len(loaded) >= 2
+  assert any(name.startswith("jit_train_step-") for name in os.listdir(cache))
   # The logged metrics of the last steps agree exactly as well.
   def tail(path):
     return [{k: v for k, v in r.items() if k not in metrics_lib.TIMINGS}
@@ -160,3 +169,25 @@ def test_tensorboard_gets_every_logged_scalar(tmp_path, micro_config):
         assert (row["step"], pytest.approx(value, rel=1e-6)) in scalars[tag], tag
   assert [s for s, _ in scalars["loss"]] == [2, 4, 6, 8]
   assert [s for s, _ in scalars["eval/mlm_accuracy"]] == [4, 8]
+
+
+def test_the_compilation_cache_is_the_process_s_else_the_run_folder_s_and_is_restored(
+    tmp_path):
+  from mlmjax.training import compile_cache  # pylint: disable=g-import-not-at-top
+  run_folder = str(tmp_path / "run" / "compile_cache")
+  process_cache = jax.config.jax_compilation_cache_dir  # the tests' (conftest.py)
+  assert compile_cache.folder("", run_folder) == process_cache
+  assert compile_cache.folder("gs://b/cache", run_folder) == "gs://b/cache"
+  assert compile_cache.folder("off", run_folder) is None
+  jax.config.update("jax_compilation_cache_dir", None)
+  try:
+    assert compile_cache.folder("", run_folder) == run_folder
+    with compile_cache.enabled("", run_folder):
+      assert jax.config.jax_compilation_cache_dir == run_folder
+    assert jax.config.jax_compilation_cache_dir is None
+  finally:
+    jax.config.update("jax_compilation_cache_dir", process_cache)
+  with compile_cache.enabled("off", run_folder):
+    assert not jax.config.jax_enable_compilation_cache
+  assert (jax.config.jax_compilation_cache_dir, jax.config.jax_enable_compilation_cache) == (
+      process_cache, True)
