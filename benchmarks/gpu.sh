@@ -87,6 +87,50 @@ bench large_pallas 120 "${LARGE[@]}" "${FUSED[@]}" --config.model.attention_impl
 bench base_cudnn_b512 90 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn \
   --config.train.batch_size=512
 tests model_tests 150 tests/models/test_model.py tests/training/test_causal_lm.py
+
+# train.fit='auto' on the GPU itself (issue 29): the device's memory limit as its runtime
+# reports it, the choice for BERT-large seq 512 at batch 112, 10 steps and a checkpoint; then
+# the resume, which takes the choice from WORKDIR/fit.json and its compiled steps from the
+# compilation cache. The progress log's peak memory is what the device held.
+FIT=(--config=configs/bert.py:large --config.data.seq_len=512 --config.train.batch_size=112
+     --config.masking.max_predictions_per_seq=80 --config.train.phases="()" "${FUSED[@]}"
+     --config.data.source="prepared:$DATA" --config.data.worker_count=8
+     --config.model.dtype=bfloat16 --config.model.attention_impl=cudnn --config.train.fit=auto
+     --config.train.steps=20 --config.train.log_every_steps=5 --config.train.eval_every_steps=20
+     --config.train.eval_batches=1 --config.train.checkpoint_every_steps=10 --workdir=/tmp/fit)
+fit() {  # $1: part, $2: seconds, then more mlmjax.main flags
+  want "$1" || return 0
+  local tag=$1 limit; limit=$(limit "$2"); shift 2
+  ((limit)) || return
+  echo "== $tag" >> "$OUT/fit.log"
+  local start=$SECONDS rc
+  # Into a file, not a pipe: input workers that outlive a timeout would hold a pipe open.
+  timeout "$limit" "$PY" -m mlmjax.main "${FIT[@]}" "$@" > "/tmp/$tag.log" 2>&1
+  rc=$?
+  grep -E "Fit|Model:|step [0-9]+/|eval|rror|Resum|Traceback" "/tmp/$tag.log" >> "$OUT/fit.log"
+  echo "$tag: exit $rc, $((SECONDS - start)) s" | tee -a "$OUT/fit.log"
+  cp /tmp/fit/fit.json "$OUT/fit.json" 2>/dev/null
+}
+fit fit_first 240 --stop_after=10
+fit fit_resume 150
+
+# The masking strategies' input on this host (issue 27): finished batches per second of
+# BERT-base rows from data prepared with word annotations (mlmjax.prepare with
+# --config.masking.strategy=syntax), 8 worker processes; then the slowest one, contextual,
+# feeding the GPU in a training run (input wait).
+if want strategies_input; then
+  for s in random syntax semantic contextual entity; do
+    limit=$(limit 60); ((limit)) || break
+    extra=(); [[ $s == entity ]] && extra=(--config.masking.entity_ner=True
+                                           --config.masking.entity_heuristic=False)
+    timeout "$limit" "$PY" -m mlmjax.input_bench "${BASE[@]}" --config.data.source="prepared:$DATA" \
+      --config.data.worker_count=8 --config.masking.strategy=$s "${extra[@]}" --seconds=5 \
+      --noraw_too > "/tmp/input_$s.json" 2>> "$OUT/bench.log"
+    tail -1 "/tmp/input_$s.json" | tee -a "$OUT/input.jsonl"
+  done
+fi
+bench contextual_input 200 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn \
+  --config.masking.strategy=contextual --input_seconds=5 --loop_steps=100
 "$PY" - "$OUT/bench.jsonl" <<'EOF'
 import json, sys
 pct = lambda x: "" if x is None else f"{x:.1%}"

@@ -192,9 +192,6 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
   """Reads the sources and gets the run's tokenizer and vocab stats: the saved copies at
   these paths (the tokenizer's: one per kind, Workdir.tokenizers), else made (or, for prepared
   data, copied from it) and saved there."""
-  annotator = masking_settings.annotator()
-  if annotator is not None:  # a missing spaCy pipeline fails here, in one line, not in a worker
-    annotation.load_pipeline(annotator.pipeline, annotator.parse, annotator.ner)
   if data.sources:
     train_source, eval_source, is_prepared, tokenizer_and_stats = _mixture(
         data, tokenizer, masking_settings, tokenizer_paths, stats_path)
@@ -218,6 +215,11 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
                                                   masking_settings.stats_max_documents)
   logging.info("Data %r: %d training / %d held-out documents",
                data.sources or data.source, len(train_source), len(eval_source))
+  annotator = masking_settings.annotator()
+  if annotator is not None and not is_prepared:
+    # Text is annotated as it is read: a missing spaCy pipeline fails here, in one line, not
+    # in a worker. Prepared data carries its annotations: training from it needs no spaCy.
+    annotation.load_pipeline(annotator.pipeline, annotator.parse, annotator.ner)
   if data.worker_count and not is_prepared:
     logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
                     " (each builds every %d-th batch of one shared stream); prepare the data"

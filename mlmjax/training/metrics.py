@@ -161,8 +161,17 @@ class Throughput:
     return out
 
 
+def device_memory(stats: dict | None) -> dict[str, float]:
+  """The most memory a device has held so far, in GiB, from its runtime's `memory_stats()`
+  (GPUs and TPUs report it, CPUs do not: then nothing): how near a run is to its limit, e.g.
+  the `train.fit='auto'` choice beside what the device really held."""
+  if not stats or "peak_bytes_in_use" not in stats:
+    return {}
+  return {"memory_peak_gib": stats["peak_bytes_in_use"] / 2**30}
+
+
 # Metrics that measure the machine, not the model: they differ between identical runs.
-TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction")
+TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction", "memory_peak_gib")
 
 
 def log_progress(step: int, total: int, m: dict[str, float]) -> None:
@@ -177,4 +186,6 @@ def log_progress(step: int, total: int, m: dict[str, float]) -> None:
               f"ETA {_duration(m['eta_sec'])}"]
   if "input_wait_fraction" in m:  # of wall time, the loop waiting for its next batch
     parts.append(f"input wait {100 * m['input_wait_fraction']:.1f}%")
+  if "memory_peak_gib" in m:
+    parts.append(f"peak memory {m['memory_peak_gib']:.2f} GiB")
   logging.info(" | ".join(parts))

@@ -168,10 +168,11 @@ def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro
 
 @pytest.mark.slow
 def test_words_annotated_once_by_prepare_give_the_batches_of_annotating_the_text(
-    micro_config, tmp_path, corpus):
+    micro_config, tmp_path, corpus, monkeypatch):
   """With a strategy that reads spaCy's annotations, prepare stores them (parsed with
-  nlp.pipe) and training from the folder gets the batches that annotating the text as it is
-  read gives; a folder prepared without them is refused in one line."""
+  nlp.pipe) and training from the folder, where spaCy need not be installed, gets the batches
+  that annotating the text as it is read gives; a folder prepared without them is refused in
+  one line."""
   source = str(tmp_path / "chapters.jsonl")
   with open(source, "w", encoding="utf-8") as f:
     f.writelines(json.dumps({"text": d}) + "\n" for d in corpus[0][:30])
@@ -182,8 +183,17 @@ def test_words_annotated_once_by_prepare_give_the_batches_of_annotating_the_text
   manifest = prepare(config, source, str(tmp_path / "annotated"), num_files=2)
   assert manifest["annotations"] == {"pipeline": NLP, "features": list(annotation.FEATURES)}
   raw = _batches(config, tmp_path, "raw", train_batches=2)
-  from_prepared = _batches(_config(config, f"prepared:{tmp_path / 'annotated'}"), tmp_path,
-                           "prepared", train_batches=2)
+  with monkeypatch.context() as without_spacy:  # as on an accelerator host fed prepared data
+    without_spacy.setitem(sys.modules, "spacy", None)  # import spacy -> ImportError
+    without_spacy.setattr(annotation, "_LOADED", {})
+    from_prepared = _batches(_config(config, f"prepared:{tmp_path / 'annotated'}"), tmp_path,
+                             "prepared", train_batches=2)
+    run = workdir_lib.Workdir(str(tmp_path / "no_spacy"))  # the text itself needs spaCy
+    os.makedirs(run.path)
+    with pytest.raises(annotation.AnnotatorError) as e:
+      build_input(_config(config, source), run.tokenizers, run.vocab_stats)
+    assert str(e.value) == ("masking.nlp_pipeline: this masking strategy annotates words with"
+                            f" spaCy, which is not installed: {annotation.INSTALL}")
   for a, b in zip(raw, from_prepared):
     assert_same_arrays(a, b)
   plain = config.copy_and_resolve_references()
