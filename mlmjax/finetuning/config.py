@@ -60,6 +60,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Checkpoint every this many steps (and at the end); keep the newest max_checkpoints_to_keep.
   config.train.checkpoint_every_steps = 1000
   config.train.max_checkpoints_to_keep = 1
+  # Compiled programs kept on disk, so a resumed run (or the next task on the same encoder
+  # and shapes) loads its steps instead of compiling them: '' = the cache the process already
+  # has (JAX_COMPILATION_CACHE_DIR), else OUTPUT/compile_cache; a folder; 'off'. As
+  # pretraining's train.compilation_cache (mlmjax/training/compile_cache.py).
+  config.train.compilation_cache = ""
 
   # Extractive question answering (SQuAD; question_answering.py), as BERT's run_squad.
   config.qa = ml_collections.ConfigDict()

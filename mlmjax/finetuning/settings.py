@@ -77,6 +77,7 @@ class FinetuneTrain(typed_settings.Section):
   log_every_steps: int
   checkpoint_every_steps: int
   max_checkpoints_to_keep: int
+  compilation_cache: str
 
   def __post_init__(self):
     typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)

@@ -32,6 +32,7 @@ from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import compile_cache
 from mlmjax.training import finished_run
 from mlmjax.training import learning_curves
 from mlmjax.training import loop
@@ -54,7 +55,8 @@ def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
   settings.check_against(pre_settings, data.task.kind)  # before anything is written
   out = workdir_lib.Workdir(output)
   out.make_writable()
-  with workdir_lock.WorkdirLock(out.lock, output):
+  with workdir_lock.WorkdirLock(out.lock, output), compile_cache.enabled(
+      settings.train.compilation_cache, out.compile_cache):
     return _FineTuner(settings, pre, pre_settings, data, out, random_init, pretrained_step).run()
 
 
@@ -116,9 +118,9 @@ class _FineTuner(loop.StepLoop):
     self.ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                             config.train.max_checkpoints_to_keep)
     logging.info("Fine-tuning on %s (%s): %d training rows / %d dev examples, %d steps (%g"
-                 " epochs of batch %d); mesh %s", data.task.name, self.kind.name, self.num_train,
-                 len(data.dev), self.total, config.train.epochs, batch_size,
-                 dict(self.mesh.shape))
+                 " epochs of batch %d); mesh %s; compilation cache: %s", data.task.name,
+                 self.kind.name, self.num_train, len(data.dev), self.total, config.train.epochs,
+                 batch_size, dict(self.mesh.shape), compile_cache.describe())
 
   def _encode_examples(self, tok) -> None:
     """The training examples (at most data.max_train_examples, drawn with the seed) and the

@@ -281,6 +281,8 @@ def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretr
   config.qa.max_query_length = 24
   if task != "kjv_qa":
     config.data.seq_len = 32  # a verse, or two for the pair kinds, mostly fits
+  cache, loaded = tmp_path / "compile_cache", []  # where the resume finds its compiled steps
+  config.train.compilation_cache = str(cache)
   full = trainer.finetune(config, pretrained, data, str(tmp_path / "full"))
   # One row an example; a QA context longer than the row is several windows, each a row.
   assert full["train_rows"] == 32 or task == "kjv_qa" and full["train_rows"] > 8
@@ -291,8 +293,12 @@ def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretr
   for step in os.listdir(tmp_path / "resumed" / "checkpoints"):
     if step != "2":
       shutil.rmtree(tmp_path / "resumed" / "checkpoints" / step)
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _, **__: loaded.append(event)
+      if event == "/jax/compilation_cache/cache_retrieval_time_sec" else None)
   resumed = trainer.finetune(config, pretrained, data, str(tmp_path / "resumed"))
   assert resumed["dev"] == full["dev"]
+  assert loaded and any(name.startswith("jit_train_step-") for name in os.listdir(cache))
   last = {run: _flat(ocp.StandardCheckpointer().restore(os.path.join(
       tmp_path, run, "checkpoints", str(full["steps"]), "state"))["params"])
           for run in ("full", "resumed")}
