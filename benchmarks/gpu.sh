@@ -97,22 +97,26 @@ FIT=(--config=configs/bert.py:large --config.data.seq_len=512 --config.train.bat
      --config.data.source="prepared:$DATA" --config.data.worker_count=8
      --config.model.dtype=bfloat16 --config.model.attention_impl=cudnn --config.train.fit=auto
      --config.train.steps=20 --config.train.log_every_steps=5 --config.train.eval_every_steps=20
-     --config.train.eval_batches=1 --config.train.checkpoint_every_steps=10 --workdir=/tmp/fit)
-fit() {  # $1: part, $2: seconds, then more mlmjax.main flags
+     --config.train.eval_batches=1 --config.train.checkpoint_every_steps=10)
+fit() {  # $1: part, $2: seconds, $3: workdir, then more mlmjax.main flags
   want "$1" || return 0
-  local tag=$1 limit; limit=$(limit "$2"); shift 2
+  local tag=$1 workdir=$3 limit; limit=$(limit "$2"); shift 3
   ((limit)) || return
   echo "== $tag" >> "$OUT/fit.log"
   local start=$SECONDS rc
   # Into a file, not a pipe: input workers that outlive a timeout would hold a pipe open.
-  timeout "$limit" "$PY" -m mlmjax.main "${FIT[@]}" "$@" > "/tmp/$tag.log" 2>&1
+  timeout "$limit" "$PY" -m mlmjax.main "${FIT[@]}" --workdir="$workdir" "$@" \
+    > "/tmp/$tag.log" 2>&1
   rc=$?
   grep -E "Fit|Model:|step [0-9]+/|eval|rror|Resum|Traceback" "/tmp/$tag.log" >> "$OUT/fit.log"
   echo "$tag: exit $rc, $((SECONDS - start)) s" | tee -a "$OUT/fit.log"
-  cp /tmp/fit/fit.json "$OUT/fit.json" 2>/dev/null
+  cp "$workdir/fit.json" "$OUT/$tag.fit.json" 2>/dev/null
 }
-fit fit_first 240 --stop_after=10
-fit fit_resume 150
+fit fit_first 240 /tmp/fit --stop_after=10
+fit fit_resume 150 /tmp/fit
+# The search itself on the GPU: a 40 GiB budget (an A100-40GB's), which one micro-batch without
+# remat (89.5 GiB) does not fit; the training steps show the device's peak beside the choice.
+fit fit_search 420 /tmp/fit40 --config.train.fit_memory_gib=40 --config.train.steps=10
 
 # The masking strategies' input on this host (issue 27): finished batches per second of
 # BERT-base rows from data prepared with word annotations (mlmjax.prepare with
