@@ -161,13 +161,12 @@ class Throughput:
     return out
 
 
-def device_memory(stats: dict | None) -> dict[str, float]:
-  """The most memory a device has held so far, in GiB, from its runtime's `memory_stats()`
-  (GPUs and TPUs report it, CPUs do not: then nothing): how near a run is to its limit, e.g.
-  the `train.fit='auto'` choice beside what the device really held."""
-  if not stats or "peak_bytes_in_use" not in stats:
-    return {}
-  return {"memory_peak_gib": stats["peak_bytes_in_use"] / 2**30}
+def device_memory(stats: list[dict | None]) -> dict[str, float]:
+  """The most memory any of this process's devices has held so far, in GiB, from their
+  runtime's `memory_stats()` (GPUs and TPUs report it, CPUs do not: then nothing): how near a
+  run is to its limit, e.g. the `train.fit='auto'` choice beside what a device really held."""
+  peaks = [s["peak_bytes_in_use"] for s in stats if s and "peak_bytes_in_use" in s]
+  return {"memory_peak_gib": max(peaks) / 2**30} if peaks else {}
 
 
 # Metrics that measure the machine, not the model: they differ between identical runs.

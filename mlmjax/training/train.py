@@ -244,7 +244,7 @@ class _Trainer(loop.StepLoop):
       if row:
         row.update(self.throughput.update(step),
                    input_wait_fraction=self.data.take_wait_fraction())
-        row.update(metrics_lib.device_memory(jax.local_devices()[0].memory_stats()))
+        row.update(metrics_lib.device_memory([d.memory_stats() for d in jax.local_devices()]))
         if self.budget:
           row[time_budget.KEY] = float(m[time_budget.KEY])
         metrics_lib.log_progress(step, train.steps, row)
