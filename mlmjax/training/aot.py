@@ -83,7 +83,8 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
   vocab = vocab_size(settings.tokenizer)
   choice = None
   if settings.train.fit == "auto":
-    choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes))
+    choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes),
+                        keep_programs=True)
     settings = fit.apply(settings, choice)
   setup = train_state.make_setup(settings, vocab, mesh)
   out, evaluated = [], set()
@@ -93,8 +94,11 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
         if (batch, seq_len) in evaluated:
           continue
         evaluated.add((batch, seq_len))
+      # The fit compiled the chosen train steps already: reported, not compiled again.
+      fitted = choice.programs.get((batch, seq_len, train_slots, objective)) if (
+          choice is not None and name == "train") else None
       out.append(_compile_step(name, settings, setup, vocab, target, batch, seq_len,
-                               train_slots, objective))
+                               train_slots, objective, fitted))
       out[-1].report["phases"] = phases  # the train.phases entries of this shape
       if name == "train":
         out[-1].report["objective"] = objective
@@ -104,8 +108,10 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
 
 
 def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, batch: int,
-                  seq_len: int, train_slots: int, objective: str) -> Compiled:
-  """The train or eval step at one phase shape and objective, and its report."""
+                  seq_len: int, train_slots: int, objective: str,
+                  fitted: tuple | None = None) -> Compiled:
+  """The train or eval step at one phase shape and objective, and its report; `fitted`: that
+  step as the fit compiled it (compiled, seconds), reported as it is."""
   mesh = setup.mesh
   if name == "train":
     slots = train_slots
@@ -131,11 +137,14 @@ def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, b
       layers = settings.model.num_layers
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
-  return _compile(name, fn, args, settings, target, mesh, batch, seq_len, model_flops, seen)
+  compiled, compile_s = fitted or _compile(name, fn, args, settings, target)
+  return _report(compiled, compile_s, name, settings, target, mesh, batch, seq_len, model_flops,
+                 seen)
 
 
-def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, seq_len: int,
-             model_flops, seen_flops) -> Compiled:
+def _compile(name, fn, args, settings: RunSettings, target) -> tuple:
+  """fn compiled for `args` on the target, and the seconds it took; one error line when it
+  does not fit or cannot be compiled here."""
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -150,7 +159,11 @@ def _compile(name, fn, args, settings: RunSettings, target, mesh, batch: int, se
                       " nvidia-cudnn-cu12, or"
                       " set model.attention_impl='pallas_gpu'") from None
     raise
-  compile_s = time.perf_counter() - t0
+  return compiled, time.perf_counter() - t0
+
+
+def _report(compiled, compile_s: float, name: str, settings: RunSettings, target, mesh,
+            batch: int, seq_len: int, model_flops, seen_flops) -> Compiled:
   text = compiled.as_text()
   mem = fit.memory_bytes(compiled)
   total = mem["total"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 from absl import logging
 import jax
@@ -46,6 +47,10 @@ class Choice:
   memory_bytes: int  # per device, the largest phase's
   budget_bytes: int
   compiled: int  # candidates compiled to find it (0: taken from fit.json)
+  # With choose(keep_programs=True): the chosen candidate's compiled train step and its compile
+  # seconds by phase shape (phases.shapes' values), which mlmjax.compile reports instead of
+  # compiling the same program again. Not saved.
+  programs: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
   def summary(self) -> str:
     return (f"train.grad_accum_steps={self.grad_accum_steps}, model.remat={self.remat!r}:"
@@ -98,24 +103,29 @@ def micro_batch_counts(settings: RunSettings, mesh: jax.sharding.Mesh) -> list[i
 
 
 def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
-                budget: int | None = None) -> int:
+                budget: int | None = None, programs: dict | None = None) -> int:
   """Per-device memory of the compiled train step of `settings`, the largest over its phase
   shapes; a program the compiler refuses as too big counts as larger than any budget. The
   shape with the most tokens is compiled first, and once one needs more than `budget` the
   rest are not compiled (the candidate does not fit whatever they need: BERT's 128-token
-  phase is not compiled for a candidate whose 512-token phase is over)."""
+  phase is not compiled for a candidate whose 512-token phase is over). `programs`, if given,
+  gets each shape's compiled step and compile seconds."""
   setup = train_state.make_setup(settings, vocab_size, mesh)
   largest = 0
   shapes = sorted(phases_lib.shapes(settings).values(), key=lambda s: -s[0] * s[1])
   for batch_size, seq_len, predictions, objective in shapes:
     batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
     step = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
+    start = time.perf_counter()
     try:
       compiled = step.lower(setup.abstract_state, batch).compile()
     except jax.errors.JaxRuntimeError as e:
       if "RESOURCE_EXHAUSTED" not in str(e):
         raise
       return _TOO_BIG
+    if programs is not None:
+      programs[batch_size, seq_len, predictions, objective] = (
+          compiled, time.perf_counter() - start)
     largest = max(largest, memory_bytes(compiled)["total"])
     if budget is not None and largest > budget:
       break
@@ -128,23 +138,31 @@ def _needs(nbytes: int) -> str:
 
 
 def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
-           budget: int) -> Choice:
+           budget: int, keep_programs: bool = False) -> Choice:
   """The fewest micro-batches, then the least recomputation, that fit `budget` bytes per
-  device (module docstring); a ConfigError when nothing does."""
+  device (module docstring); a ConfigError when nothing does. `keep_programs`: the choice
+  carries its compiled train steps (Choice.programs)."""
   counts = micro_batch_counts(settings, mesh)
   measured: dict[tuple[int, str], int] = {}
+  kept: dict[tuple[int, str], dict] = {}  # the compiled steps of candidates that fit
 
   def need(k: int, remat: str) -> int:
     if (k, remat) not in measured:
       candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
-      measured[k, remat] = step_memory(candidate, vocab_size, mesh, budget)
+      programs = {} if keep_programs else None
+      measured[k, remat] = step_memory(candidate, vocab_size, mesh, budget, programs)
+      if keep_programs and measured[k, remat] <= budget:  # only these can be chosen
+        kept[k, remat] = programs
       logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)", k,
                    remat, _needs(measured[k, remat]), budget / GiB)
     return measured[k, remat]
 
+  def chosen(k: int, remat: str) -> Choice:
+    return Choice(k, remat, need(k, remat), budget, len(measured), kept.get((k, remat), {}))
+
   # The best candidate first: where the step fits as it is, one compile decides.
   if need(counts[0], REMATS[0]) <= budget:
-    return Choice(counts[0], REMATS[0], need(counts[0], REMATS[0]), budget, len(measured))
+    return chosen(counts[0], REMATS[0])
   # Bisect for the fewest k that fits with 'full' (memory falls as k grows), taking the most
   # micro-batches to fit until shown otherwise: that candidate (one row a device, for BERT on
   # 8 chips 32 micro-batches) is compiled only when no fewer fit.
@@ -162,8 +180,7 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
         f" train.grad_accum_steps={k} (the most the batch allows) with"
         f" model.remat='full' {_needs(need(k, 'full'))}: shard over more devices"
         " (config.mesh.shape), or use a smaller model or row length")
-  remat = next(r for r in REMATS if need(k, r) <= budget)
-  return Choice(k, remat, need(k, remat), budget, len(measured))
+  return chosen(k, next(r for r in REMATS if need(k, r) <= budget))
 
 
 def _made_for(settings: RunSettings, mesh: jax.sharding.Mesh, budget: int | None) -> dict:
@@ -199,7 +216,8 @@ def resolve(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
   choice = choose(settings, vocab_size, mesh, budget)
   logging.info("Fit: %s (%d candidates compiled)", choice.summary(), choice.compiled)
   if jax.process_index() == 0:
-    saved_choice = {k: v for k, v in dataclasses.asdict(choice).items() if k != "compiled"}
+    saved_choice = {k: getattr(choice, k)
+                    for k in ("grad_accum_steps", "remat", "memory_bytes", "budget_bytes")}
     paths.write_atomic(record, json.dumps({"choice": saved_choice, "made_for": made_for},
                                           indent=2) + "\n")
   return apply(settings, choice)
