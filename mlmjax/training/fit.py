@@ -151,8 +151,10 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
       candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
       programs = {} if keep_programs else None
       measured[k, remat] = step_memory(candidate, vocab_size, mesh, budget, programs)
-      if keep_programs and measured[k, remat] <= budget:  # only these can be chosen
-        kept[k, remat] = programs
+      if keep_programs and measured[k, remat] <= budget:  # only these can be chosen, and
+        kept[k, remat] = programs  # then none with more micro-batches: those are let go
+        for more in [c for c in kept if c[0] > k]:
+          del kept[more]
       logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)", k,
                    remat, _needs(measured[k, remat]), budget / GiB)
     return measured[k, remat]

@@ -92,6 +92,13 @@ def test_the_compile_command_reports_the_fit_s_programs_without_compiling_them_a
   assert len(compiles) - before == 2  # the one candidate at both shapes, nothing after it
   assert [(r["seq_len"], r["fit"]["compiled"]) for r in reports] == [(64, 1), (128, 1)]
   assert reports[1]["memory_gib"] == reports[1]["fit"]["memory_gib"]  # the longer rows' need
+  # A search (module docstring's budget): its five candidates are all that is compiled.
+  before = len(compiles)
+  [report] = [c.report for c in aot.compile_steps(_config(tokenizer_path), target,
+                                                  which=("train",))]
+  assert (report["grad_accum_steps"], report["remat"], report["fit"]["compiled"]) == (
+      2, "dots_saveable", 5)
+  assert len(compiles) - before == 5
   assert all(r["compile_s"] > 0 for r in reports)
 
 
