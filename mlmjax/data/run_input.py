@@ -213,13 +213,13 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
       tok = tokenizer_lib.get_tokenizer(tokenizer, train_source, tokenizer_paths)
       return tok, vocab_stats_lib.get_vocab_stats(tok, train_source, stats_path,
                                                   masking_settings.stats_max_documents)
-  logging.info("Data %r: %d training / %d held-out documents",
-               data.sources or data.source, len(train_source), len(eval_source))
   annotator = masking_settings.annotator()
   if annotator is not None and not is_prepared:
     # Text is annotated as it is read: a missing spaCy pipeline fails here, in one line, not
     # in a worker. Prepared data carries its annotations: training from it needs no spaCy.
     annotation.load_pipeline(annotator.pipeline, annotator.parse, annotator.ner)
+  logging.info("Data %r: %d training / %d held-out documents",
+               data.sources or data.source, len(train_source), len(eval_source))
   if data.worker_count and not is_prepared:
     logging.warning("data.worker_count=%d with raw text: every worker tokenizes every document"
                     " (each builds every %d-th batch of one shared stream); prepare the data"
