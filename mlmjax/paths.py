@@ -158,8 +158,10 @@ def remove(path: str) -> None:
 
 def rmtree(path: str) -> None:
   if is_remote(path):
-    if _epath(path).exists():
+    try:  # another process may be removing the same folder (preparation's last hosts)
       _epath(path).rmtree()
+    except FileNotFoundError:
+      pass
   else:
     shutil.rmtree(path, ignore_errors=True)
 

@@ -326,14 +326,30 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
       logging.info("Annotating words with spaCy pipeline %r", plan.nlp_pipeline)
     _tokenize(plan, splits, tok, annotator, out, workers, todo, total=docs_of(mine),
               done_docs=docs_of(mine) - docs_of(todo))
-  counts = {s: {} for s in prepared.SPLITS}
-  for s, f in every:
-    done = done_path(out, s, f, num_files)
-    if not paths.exists(done):
+  counts = _every_file_s_counts(out, every, num_files)
+  if counts is None:
+    if paths.exists(paths.join(out, prepared.MANIFEST)):
+      logging.info("Another host finished %s at the same time as this one", out)
+    else:
       logging.info("This host's files are done; %s waits for other hosts' files", out)
-      return None
-    counts[s] = add_counts([counts[s], json.loads(paths.read_text(done))])
+    return None
   return finish(out, plan, tok, counts, t0)
+
+
+def _every_file_s_counts(out: str, every: list, num_files: int) -> dict | None:
+  """The counts of all files by split, or None while some host's files are not done. Also
+  None when another host, done at the same moment, removed .prepare/ between this host's look
+  and its read: the last hosts race to finish, and either may win (same manifest)."""
+  counts = {s: {} for s in prepared.SPLITS}
+  try:
+    for s, f in every:
+      done = done_path(out, s, f, num_files)
+      if not paths.exists(done):
+        return None
+      counts[s] = add_counts([counts[s], json.loads(paths.read_text(done))])
+  except FileNotFoundError:
+    return None
+  return counts
 
 
 def add_counts(counts) -> dict[str, int]:

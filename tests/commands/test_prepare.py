@@ -129,6 +129,34 @@ def test_two_hosts_prepare_into_one_bucket_folder(text_corpus, tokenizer_path, r
         assert [s.tolist() for s in a.sentences(i)] == [s.tolist() for s in b.sentences(i)]
 
 
+@pytest.mark.slow
+def test_the_last_two_hosts_may_finish_at_the_same_moment(text_corpus, tokenizer_path, reference,
+                                                          tmp_path, monkeypatch, caplog):
+  """Host 1 sees every file done; host 0, done too, writes the manifest and removes .prepare/
+  between host 1's look and its read (the race the bucket test met once in four runs): host 1
+  says so and stops, the folder is the one prepared."""
+  out = str(tmp_path / "out")
+  config = tiny.get_config()
+  config.tokenizer.path = tokenizer_path
+  hosts = lambda h: prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2,
+                            host_index=h)
+  assert hosts(0) is None  # host 1's files are not done
+  read, host_0 = paths.read_text, {}
+
+  def host_0_finishes_first(path):
+    if path.endswith(".array_record.json") and not host_0:
+      host_0["started"] = True  # host 0 reads the same files
+      host_0["manifest"] = hosts(0)  # resumed: nothing left to write, it finishes
+    return read(path)
+  monkeypatch.setattr(paths, "read_text", host_0_finishes_first)
+  with caplog.at_level("INFO"):
+    assert hosts(1) is None
+  assert host_0["manifest"]["splits"]["train"]["documents"] > 0
+  assert f"Another host finished {out} at the same time as this one" in caplog.text
+  monkeypatch.undo()
+  _same_folder(out, reference)
+
+
 def test_a_different_preparation_in_the_folder_is_refused(text_corpus, tokenizer_path, tmp_path):
   out = str(tmp_path / "out")
   config = tiny.get_config()
