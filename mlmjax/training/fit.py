@@ -5,8 +5,9 @@ candidates with the real compiler for the run's mesh (or mlmjax.compile's target
     k: the micro-batch counts every phase's batch allows (whole rows per device), fewest first
     the fewest k with model.remat='none' if it fits (one compile where the step fits as it is)
     else the fewest k whose step fits with model.remat='full' (the least memory at a given k),
-      found by bisection (memory falls as k grows)
-    at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full'
+      found by galloping up from the fewest, then bisecting (memory falls as k grows)
+    at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full',
+      by bisection (memory falls as recomputation grows)
 
 A candidate's memory is what its compiled train step needs per device (memory_bytes), the
 largest over the run's phase shapes (compiled longest rows first, stopping at the first over
@@ -165,24 +166,47 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
   # The best candidate first: where the step fits as it is, one compile decides.
   if need(counts[0], REMATS[0]) <= budget:
     return chosen(counts[0], REMATS[0])
-  # Bisect for the fewest k that fits with 'full' (memory falls as k grows), taking the most
-  # micro-batches to fit until shown otherwise: that candidate (one row a device, for BERT on
-  # 8 chips 32 micro-batches) is compiled only when no fewer fit.
-  low, high = 0, len(counts) - 1
-  while low < high:
-    mid = (low + high) // 2
-    if need(counts[mid], "full") <= budget:
-      high = mid
-    else:
-      low = mid + 1
-  k = counts[low]
-  if need(k, "full") > budget:
+  # The fewest k that fits with 'full', galloping up from the fewest: presets fit at the first
+  # or second count, found in one or two compiles; the most micro-batches (one row a device,
+  # for BERT on 8 chips 32 of them) is compiled only when no fewer fit.
+  place = _first(lambda i: need(counts[i], "full") <= budget, len(counts))
+  if place is None:
+    k = counts[-1]
     raise errors.ConfigError(
         f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
         f" train.grad_accum_steps={k} (the most the batch allows) with"
         f" model.remat='full' {_needs(need(k, 'full'))}: shard over more devices"
         " (config.mesh.shape), or use a smaller model or row length")
-  return chosen(k, next(r for r in REMATS if need(k, r) <= budget))
+  k = counts[place]
+  # At that k the least recomputation that fits, by bisection ('full' fits): 'dots_saveable'
+  # first, so that a step that fits only with 'full' costs one compile more, not two.
+  low, high = 0, len(REMATS) - 1
+  while low < high:
+    mid = (low + high) // 2
+    if need(k, REMATS[mid]) <= budget:
+      high = mid
+    else:
+      low = mid + 1
+  return chosen(k, REMATS[high])
+
+
+def _first(fits, n: int) -> int | None:
+  """The first i in [0, n) with fits(i), for a `fits` that is false, then true (memory falls
+  as i grows); None if none is. Gallops (0, 1, 3, 7, ...) until one fits, then bisects the
+  last gap: an answer at place p costs about 2 log2(p + 1) probes, one for p = 0."""
+  low, i, step = 0, 0, 1
+  while not fits(i):
+    if i == n - 1:
+      return None
+    low, i, step = i + 1, min(i + step, n - 1), step * 2
+  high = i
+  while low < high:
+    mid = (low + high) // 2
+    if fits(mid):
+      high = mid
+    else:
+      low = mid + 1
+  return high
 
 
 def _made_for(settings: RunSettings, mesh: jax.sharding.Mesh, budget: int | None) -> dict:

@@ -44,6 +44,26 @@ def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
     fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
 
 
+def test_the_search_finds_the_first_count_that_fits_in_few_compiles():
+  """fit._first over every length and answer: right, in at most 2 x answer's bit length probes
+  (one when the first place fits), and the last place (the most micro-batches) not probed for an
+  answer in the first half."""
+  for n in range(1, 40):
+    for answer in [*range(n), None]:
+      probes = []
+
+      def fits(i, answer=answer, probes=probes):
+        probes.append(i)
+        return answer is not None and i >= answer
+      assert fit._first(fits, n) == answer
+      if answer is not None:
+        assert len(probes) <= max(1, 2 * answer.bit_length()), (n, answer, probes)
+      if answer is not None and 2 * answer + 2 < n:  # an answer in the first half
+        assert n - 1 not in probes, (n, answer, probes)
+  probes = []
+  assert fit._first(lambda i: probes.append(i) or i >= 2, 11) == 2 and probes == [0, 1, 3, 2]
+
+
 def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
   settings = RunSettings.from_config(_config(tokenizer_path))
   mesh = sharding.make_mesh(settings.mesh)
@@ -106,12 +126,12 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(config, workdir)
   logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
-  # the step as it is (1, 'none'), then bisection with 'full' at 2 and 1 (8, the most, is
-  # never compiled: 2 fits), then 'none' and 'dots_saveable' at 2: 5 compiles of the 12.
+  # the step as it is (1, 'none'), then 'full' galloping up from 1 to 2 (4 and 8 are never
+  # compiled: 2 fits), then bisection of the remats at 2: 5 compiles of the 12.
   assert [m.split(" needs")[0] for m in logged[:-1]] == [
-      "Fit: grad_accum_steps=1, remat='none'", "Fit: grad_accum_steps=2, remat='full'",
-      "Fit: grad_accum_steps=1, remat='full'", "Fit: grad_accum_steps=2, remat='none'",
-      "Fit: grad_accum_steps=2, remat='dots_saveable'"]
+      "Fit: grad_accum_steps=1, remat='none'", "Fit: grad_accum_steps=1, remat='full'",
+      "Fit: grad_accum_steps=2, remat='full'", "Fit: grad_accum_steps=2, remat='dots_saveable'",
+      "Fit: grad_accum_steps=2, remat='none'"]
   assert logged[-1].startswith("Fit: train.grad_accum_steps=2, model.remat='dots_saveable':")
   assert logged[-1].endswith("(5 candidates compiled)")
   saved = json.load(open(os.path.join(workdir, "fit.json")))
