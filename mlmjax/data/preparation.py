@@ -338,15 +338,13 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
 
 def _every_file_s_counts(out: str, every: list, num_files: int) -> dict | None:
   """The counts of all files by split, or None while some host's files are not done. Also
-  None when another host, done at the same moment, removed .prepare/ between this host's look
-  and its read: the last hosts race to finish, and either may win (same manifest)."""
+  None when another host, done at the same moment, has removed .prepare/ already: the last
+  hosts race to finish, and either may win (same manifest)."""
   counts = {s: {} for s in prepared.SPLITS}
   try:
     for s, f in every:
-      done = done_path(out, s, f, num_files)
-      if not paths.exists(done):
-        return None
-      counts[s] = add_counts([counts[s], json.loads(paths.read_text(done))])
+      done = json.loads(paths.read_text(done_path(out, s, f, num_files)))
+      counts[s] = add_counts([counts[s], done])
   except FileNotFoundError:
     return None
   return counts

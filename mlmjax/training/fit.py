@@ -180,14 +180,7 @@ def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
   k = counts[place]
   # At that k the least recomputation that fits, by bisection ('full' fits): 'dots_saveable'
   # first, so that a step that fits only with 'full' costs one compile more, not two.
-  low, high = 0, len(REMATS) - 1
-  while low < high:
-    mid = (low + high) // 2
-    if need(k, REMATS[mid]) <= budget:
-      high = mid
-    else:
-      low = mid + 1
-  return chosen(k, REMATS[high])
+  return chosen(k, REMATS[_bisect(lambda i: need(k, REMATS[i]) <= budget, 0, len(REMATS) - 1)])
 
 
 def _first(fits, n: int) -> int | None:
@@ -199,7 +192,12 @@ def _first(fits, n: int) -> int | None:
     if i == n - 1:
       return None
     low, i, step = i + 1, min(i + step, n - 1), step * 2
-  high = i
+  return _bisect(fits, low, i)
+
+
+def _bisect(fits, low: int, high: int) -> int:
+  """The first i in [low, high] with fits(i), for a `fits` that is false, then true, and
+  true at `high`."""
   while low < high:
     mid = (low + high) // 2
     if fits(mid):
