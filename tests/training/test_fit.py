@@ -17,6 +17,7 @@ from configs import tiny
 from conftest import REPO
 from mlmjax import errors
 from mlmjax.parallel import sharding
+from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import train
 from mlmjax.training.settings import RunSettings
@@ -185,11 +186,17 @@ def test_the_preset_table_script_compiles_a_row_and_renders_it(tmp_path):
   assert row["shapes"][0]["mesh"] == {"data": 4, "fsdp": 1, "tensor": 1}
   text = open(table).read()
   assert "| tiny | v5p-8 | 64 | 32 | data 4 | yes | 1, " in text
+  assert "| einsum |" in text  # 64-token rows: too short for splash, XLA's attention
   assert "Not compiled yet" in text and "bert:base on v5p-8" in text
   preset_fit.main(args)  # resumable: nothing compiled twice
   assert len(open(results).read().splitlines()) == 1
   big = preset_fit.config_of("bert:base", targets.get("v5litepod-256"))
   assert tuple(big.mesh.shape) == (1, -1, 1) and big.train.fit == "auto"
+  # On a GPU node each preset as shipped is a config that can run there: BERT's attention
+  # dropout (no fused kernel takes it) and ModernBERT's sliding window (no Pallas kernel for it).
+  node = targets.Target("h100x8", "gpu", tuple(range(8)), 1, 80 * 2**30, "1 node x 8 H100")
+  for preset in ("bert:base", "modernbert:base"):
+    config_check.checked(preset_fit.config_of(preset, node), 8, 1, platform="gpu")
 
 
 def test_a_row_whose_compiler_crashes_says_so_and_where():
