@@ -216,10 +216,11 @@ def main(argv: list[str]) -> None:
     return
   rows = _read(args.results)
   done = {(r["preset"], r["target"]) for r in rows}
-  gpu_rows = [t for t in args.targets.split(",") if targets_lib.parse_tpu(t) is None]
-  if gpu_rows and importlib.util.find_spec("nvidia.cudnn") is None:
-    sys.exit(f"error: the {', '.join(gpu_rows)} rows compile cuDNN attention, as a GPU run does:"
-             " pip install nvidia-cudnn-cu12, or leave them out of --targets")
+  gpu_targets = {t for p in args.presets.split(",") for t in args.targets.split(",")
+                 if (p, t) not in done and targets_lib.parse_tpu(t) is None}
+  if gpu_targets and importlib.util.find_spec("nvidia.cudnn") is None:
+    sys.exit(f"error: the {', '.join(sorted(gpu_targets))} rows compile cuDNN attention, as a GPU"
+             " run does: pip install nvidia-cudnn-cu12, or leave them out of --targets")
   for preset in args.presets.split(","):
     for target in args.targets.split(","):
       if (preset, target) in done:

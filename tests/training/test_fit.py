@@ -199,6 +199,27 @@ def test_the_preset_table_script_compiles_a_row_and_renders_it(tmp_path):
     config_check.checked(preset_fit.config_of(preset, node), 8, 1, platform="gpu")
 
 
+def test_gpu_rows_without_cudnn_stop_with_what_to_install(tmp_path, monkeypatch):
+  """The 8 x H100 rows compile cuDNN attention as a GPU run does: without cuDNN's library the
+  script stops before compiling anything, with one line; once those rows are done, it runs."""
+  sys.path.insert(0, os.path.join(REPO, "benchmarks"))
+  import preset_fit  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(preset_fit.importlib.util, "find_spec", lambda name: None)
+  results = tmp_path / "rows.jsonl"
+  args = ["--presets=tiny", "--targets=v5p-8,h100x8", f"--results={results}",
+          f"--table={tmp_path / 'table.md'}"]
+  with pytest.raises(SystemExit) as e:
+    preset_fit.main(args)
+  assert str(e.value) == ("error: the h100x8 rows compile cuDNN attention, as a GPU run does:"
+                          " pip install nvidia-cudnn-cu12, or leave them out of --targets")
+  assert not results.exists()
+  done = [{"preset": "tiny", "target": t, "fits": False, "error": "x", "compile_s": 0.0}
+          for t in ("v5p-8", "h100x8")]
+  results.write_text("".join(json.dumps(r) + "\n" for r in done))
+  preset_fit.main(args)  # nothing left to compile: no cuDNN needed
+  assert "| tiny | h100x8 |" in (tmp_path / "table.md").read_text()
+
+
 def test_a_row_whose_compiler_crashes_says_so_and_where():
   """benchmarks/preset_fit.py compiles each row in a child process: a child killed by a signal
   gives a row naming the signal and the crashing function (the failure handler's lines below are
