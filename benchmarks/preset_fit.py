@@ -17,6 +17,8 @@ a larger slice (config.mesh.shape = (1, -1, 1)), as docs/scaling.md advises. On 
 attention is what `model.attention_impl='auto'` runs there, cuDNN's flash attention (the einsum
 attention for a preset with attention dropout, which no fused kernel takes): compiling it needs
 cuDNN's library (`pip install nvidia-cudnn-cu12`, which `jax[cuda12]` brings on a GPU machine).
+A row this machine lacks a package for (cuDNN, libtpu, jax's CUDA plugin) stops the script with
+one line saying what to install; it is not recorded.
 Every phase shape of a preset is compiled (BERT's 128 and 512 phases: two lines of one row).
 """
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib
-import importlib.util
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mlmjax.errors import MissingDependencyError  # pylint: disable=wrong-import-position
 from mlmjax.errors import UserError  # pylint: disable=wrong-import-position
 from mlmjax.parallel import targets as targets_lib  # pylint: disable=wrong-import-position
 
@@ -58,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "preset_fit.jsonl")
 TABLE = os.path.join(os.path.dirname(HERE), "docs", "preset_fit.md")
 _SINGLE_HOST_DEVICES = 8
+_MISSING_DEPENDENCY = 3  # a --child's exit status: this machine cannot compile the row
 
 
 def config_of(preset: str, target: targets_lib.Target, fit: str = "auto"):
@@ -84,6 +87,8 @@ def row(preset: str, target_name: str, fit: str = "auto") -> dict:
   t0 = time.perf_counter()
   try:
     compiled = aot.compile_steps(config, target, which=("train",))
+  except MissingDependencyError:  # not a result: the script stops (main)
+    raise
   except UserError as e:  # fits at no setting, or the config cannot run there
     return {"preset": preset, "target": target_name, "fits": False, "error": str(e),
             "compile_s": round(time.perf_counter() - t0, 1)}
@@ -129,6 +134,8 @@ def row_of_child(preset: str, target_name: str, returncode: int, stdout: str, st
   if returncode == 0:
     return json.loads(stdout.strip().splitlines()[-1])
   lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+  if returncode == _MISSING_DEPENDENCY:  # the child's last line: what to install
+    sys.exit(f"{lines[-1]}, or leave {target_name} out of --targets")
   if returncode > 0:
     print(f"{preset} on {target_name}: not compiled (exit status {returncode}):"
           f" {lines[-1] if lines else ''}", file=sys.stderr)
@@ -205,22 +212,21 @@ def main(argv: list[str]) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
   flags.FLAGS.mark_as_parsed()  # mlmjax's library reads absl flags; this script has none
   if args.child:  # its log shows the fit search's candidates as they are compiled
-    # A GPU target first, before anything imports jax: jax loads the CUDA plugin when imported.
-    if targets_lib.parse_tpu(args.targets) is None:
-      targets_lib.get(args.targets)
-    from absl import logging  # pylint: disable=g-import-not-at-top
-    from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
-    logging.set_verbosity(logging.INFO)
-    metrics.quiet_library_logs()
-    print(json.dumps(row(args.presets, args.targets, args.fit)), flush=True)
+    try:
+      # A GPU target first, before anything imports jax: jax loads the CUDA plugin when imported.
+      if targets_lib.parse_tpu(args.targets) is None:
+        targets_lib.get(args.targets)
+      from absl import logging  # pylint: disable=g-import-not-at-top
+      from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+      logging.set_verbosity(logging.INFO)
+      metrics.quiet_library_logs()
+      print(json.dumps(row(args.presets, args.targets, args.fit)), flush=True)
+    except MissingDependencyError as e:
+      print(f"error: {e}", file=sys.stderr)
+      sys.exit(_MISSING_DEPENDENCY)
     return
   rows = _read(args.results)
   done = {(r["preset"], r["target"]) for r in rows}
-  gpu_targets = {t for p in args.presets.split(",") for t in args.targets.split(",")
-                 if (p, t) not in done and targets_lib.parse_tpu(t) is None}
-  if gpu_targets and importlib.util.find_spec("nvidia.cudnn") is None:
-    sys.exit(f"error: the {', '.join(sorted(gpu_targets))} rows compile cuDNN attention, as a GPU"
-             " run does: pip install nvidia-cudnn-cu12, or leave them out of --targets")
   for preset in args.presets.split(","):
     for target in args.targets.split(","):
       if (preset, target) in done:

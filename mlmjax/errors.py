@@ -21,6 +21,12 @@ class DataError(UserError):
   """Bad or missing input data, with a message a user can act on."""
 
 
+class MissingDependencyError(UserError):
+  """This machine lacks a package that compiling for a target needs (libtpu, jax's CUDA plugin,
+  cuDNN), with the pip command that brings it: a fault of the machine, not of the config, so a
+  sweep over configs stops at it rather than recording it as a result."""
+
+
 @contextlib.contextmanager
 def reported_in_one_line(verbose: bool = False):
   """For the commands: a UserError inside becomes `error: ...` on stderr and exit status 1

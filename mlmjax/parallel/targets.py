@@ -20,6 +20,7 @@ import functools
 import os
 import re
 
+from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import UserError
 from mlmjax.parallel import plugins
 
@@ -161,8 +162,8 @@ def _get(name: str) -> Target:
           chips_per_host_bounds=host, num_slices=slices, wrap=(False, False, False)).devices
     except (RuntimeError, ValueError) as e:
       if "libtpu" in str(e).lower() or "tpu" in str(e).lower() and "not" in str(e).lower():
-        raise UserError(f"compiling for {name} needs libtpu: pip install -e '.[tpu]' ({e})"
-                        ) from e
+        raise MissingDependencyError(
+            f"compiling for {name} needs libtpu: pip install -e '.[tpu]' ({e})") from e
       raise
     return Target(name, "tpu", tuple(devices), slices, hbm, f"{topology} x {slices} slice(s)")
   gpu = _GPU_NAME.fullmatch(name)
@@ -174,8 +175,8 @@ def _get(name: str) -> Target:
       devices = topologies.get_topology_desc(
           platform="cuda", target_config=config, topology=f"1x1x{gpu.group(2)}").devices
     except Exception as e:  # pylint: disable=broad-except
-      raise UserError(f"compiling for {name} needs jax's CUDA plugin: pip install -e"
-                      f" '.[gpu-compile]' ({str(e).splitlines()[0]})") from e
+      raise MissingDependencyError(f"compiling for {name} needs jax's CUDA plugin: pip install"
+                                   f" -e '.[gpu-compile]' ({str(e).splitlines()[0]})") from e
     return Target(name, "gpu", tuple(devices), 1, hbm,
                   f"1 node x {gpu.group(2)} {gpu.group(1).upper()}")
   raise _unknown(name)

@@ -26,6 +26,7 @@ that fits at its first row length is known to fit at its last. Per step and shap
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -37,6 +38,7 @@ import numpy as np
 from mlmjax.data import run_input
 from mlmjax.data import tokenizer as tokenizer_lib
 from mlmjax.data.settings import TokenizerSettings
+from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import UserError
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
@@ -79,6 +81,11 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
   settings = config_check.checked(config, len(target.devices), num_processes,
                                   platform=target.platform)
+  with _cudnn_said_in_one_line(settings.model.attention_impl):
+    return _compile_steps(settings, target, which)
+
+
+def _compile_steps(settings: RunSettings, target: targets.Target, which) -> list[Compiled]:
   mesh = sharding.make_mesh(settings.mesh, target.devices)
   vocab = vocab_size(settings.tokenizer)
   choice = None
@@ -137,14 +144,14 @@ def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, b
       layers = settings.model.num_layers
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
-  compiled, compile_s = fitted or _compile(name, fn, args, settings, target)
+  compiled, compile_s = fitted or _compile(name, fn, args, target)
   return _report(compiled, compile_s, name, settings, target, mesh, batch, seq_len, model_flops,
                  seen)
 
 
-def _compile(name, fn, args, settings: RunSettings, target) -> tuple:
+def _compile(name, fn, args, target) -> tuple:
   """fn compiled for `args` on the target, and the seconds it took; one error line when it
-  does not fit or cannot be compiled here."""
+  does not fit."""
   t0 = time.perf_counter()
   try:
     compiled = fn.lower(*args).compile()
@@ -152,14 +159,22 @@ def _compile(name, fn, args, settings: RunSettings, target) -> tuple:
     if "RESOURCE_EXHAUSTED" in str(e):
       raise DoesNotFitError(_over_message(name, target, str(e))) from None
     raise
-  except RuntimeError as e:  # jax looks for cuDNN's library when it lowers cuDNN attention
-    if "cuDNN not found" in str(e):
-      raise UserError(f"model.attention_impl={settings.model.attention_impl!r} is cuDNN"
-                      " attention here, and compiling it needs cuDNN: pip install"
-                      " nvidia-cudnn-cu12, or"
-                      " set model.attention_impl='pallas_gpu'") from None
-    raise
   return compiled, time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _cudnn_said_in_one_line(attention_impl: str):
+  """jax looks for cuDNN's library when it lowers cuDNN attention, in the fit search's
+  compiles as in the steps': its RuntimeError becomes one line saying what to install."""
+  try:
+    yield
+  except RuntimeError as e:
+    if "cuDNN not found" not in str(e):
+      raise
+    raise MissingDependencyError(
+        f"model.attention_impl={attention_impl!r} is cuDNN attention here, and compiling it"
+        " needs cuDNN: pip install nvidia-cudnn-cu12, or set"
+        " model.attention_impl='pallas_gpu'") from None
 
 
 def _report(compiled, compile_s: float, name: str, settings: RunSettings, target, mesh,
