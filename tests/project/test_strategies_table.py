@@ -2,6 +2,7 @@
 (question answering's F1 already is), and a strategy measured with one seed shows its value
 alone, with no spread it does not have."""
 
+import json
 import os
 import sys
 
@@ -16,11 +17,25 @@ def _row(strategy, seed, accuracy, qa_f1):
           "kjv_qa": {"headline": "f1", "kind": "question_answering", "f1": qa_f1}}
 
 
-def test_the_table_gives_mean_and_sample_sd_and_one_seed_alone(capsys):
+def test_the_table_gives_mean_and_sample_sd_and_one_seed_alone():
   rows = [_row("random", 0, 0.40, 40.0), _row("random", 1, 0.42, 44.0),
           _row("random", 2, 0.44, 48.0), _row("span", 0, 0.45, 50.0)]
-  strategies.print_table(rows, ["kjv_qa"])
-  lines = capsys.readouterr().out.strip().splitlines()
+  lines = strategies.table(rows, ["kjv_qa"]).splitlines()
   assert lines[0] == "| strategy | seeds | steps | held-out MLM accuracy | `kjv_qa` f1 |"
   assert lines[2] == "| random | 3 | 10 | 42.0 ± 2.0 | 44.0 ± 4.0 |"
   assert lines[3] == "| span | 1 | 10 | 45.0 | 50.0 |"
+
+
+def test_the_page_gives_the_command_the_table_and_the_arms_still_to_run(tmp_path, monkeypatch):
+  rows, page = tmp_path / "rows.jsonl", tmp_path / "strategies.md"
+  rows.write_text(json.dumps(_row("random", 0, 0.40, 40.0)) + "\n")
+  monkeypatch.setattr(sys, "argv", [
+      "strategies.py", "--table_only", "--strategies=random,span", "--seeds=0,1", "--steps=10",
+      "--tasks=kjv_qa", f"--rows={rows}", f"--table={page}"])
+  strategies.main()
+  text = page.read_text()
+  assert ("\n    python benchmarks/strategies.py --strategies=random,span --seeds=0,1 --steps=10"
+          " --tasks=kjv_qa\n") in text
+  assert "\n| random | 1 | 10 | 40.0 | 40.0 |\n" in text
+  assert text.endswith("\nNot run yet (the command above goes on with them): span seed 0,"
+                       " random seed 1, span seed 1.\n")
