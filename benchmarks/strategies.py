@@ -13,7 +13,8 @@ JSON row in strategies.jsonl beside this script (--rows): a row already there is
 so the study can be stopped and continued (it takes hours on a CPU: each arm pretrains, then
 fine-tunes five tasks). Then the table: mean +- sample standard
 deviation over the seeds, in percent, printed and written to docs/strategies.md (--table) after
-every arm, with the arms still to run.
+every arm, with the usual strategy-to-application advice checked against random masking (ADVICE)
+and the arms still to run.
 """
 
 from __future__ import annotations
@@ -92,12 +93,35 @@ def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
   return row
 
 
-def _mean_sd(values: list[float], scale: float) -> str:
+# The usual strategy-to-application advice, as (strategy, task this suite has for it, the
+# application it stands for). There is no parsing or sentiment task offline: the nearest are
+# named so the reader can judge the stand-in.
+ADVICE = (
+    ("span", "kjv_entities", "NER"),
+    ("span", "kjv_qa", "question answering"),
+    ("entity", "kjv_entities", "NER"),
+    ("entity", "kjv_qa", "question answering"),
+    ("syntax", "kjv_corrupted", "parsing-like tasks (nearest here: does every word fit)"),
+    ("semantic", "kjv_corrupted", "sentiment (nearest here: verse classification)"),
+    ("semantic", "kjv_retrieval", "semantic search"),
+    ("contextual", "kjv_retrieval", "similarity and embeddings"),
+    ("contextual", "kjv_continuation", "similarity (which verse follows)"),
+)
+
+
+def _scores(runs: list[dict], task: str) -> list[float]:
+  """Each run's headline on `task` in percent (question answering's F1 already is)."""
+  scored = [r[task] for r in runs if task in r]
+  return [s[s["headline"]] * (1.0 if s["kind"] == "question_answering" else 100.0)
+          for s in scored]
+
+
+def _mean_sd(values: list[float]) -> str:
   if not values:
     return "-"
   if len(values) == 1:  # one seed has no spread to show
-    return f"{scale * values[0]:.1f}"
-  return f"{scale * statistics.mean(values):.1f} ± {scale * statistics.stdev(values):.1f}"
+    return f"{values[0]:.1f}"
+  return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def table(rows: list[dict], tasks) -> str:
@@ -108,13 +132,29 @@ def table(rows: list[dict], tasks) -> str:
            "|---" * (4 + len(tasks)) + "|"]
   for strategy in dict.fromkeys(r["strategy"] for r in rows):
     runs = [r for r in rows if r["strategy"] == strategy]
-    cells = []
-    for t in tasks:
-      scored = [r[t] for r in runs if t in r]
-      scale = 1.0 if scored and scored[0]["kind"] == "question_answering" else 100.0
-      cells.append(_mean_sd([s[s["headline"]] for s in scored], scale))
+    cells = [_mean_sd(_scores(runs, t)) for t in tasks]
     lines.append(f"| {strategy} | {len(runs)} | {runs[0]['steps']} |"
-                 f" {_mean_sd([r['mlm_accuracy'] for r in runs], 100.0)} | {' | '.join(cells)} |")
+                 f" {_mean_sd([100.0 * r['mlm_accuracy'] for r in runs])} | {' | '.join(cells)} |")
+  return "\n".join(lines) + "\n"
+
+
+def advice(rows: list[dict]) -> str:
+  """The advice checked against random masking: a strategy is called ahead or behind only where
+  the gap between the means is larger than the two standard deviations added together."""
+  lines = ["| advice | task | strategy | random | gap | verdict |", "|---" * 6 + "|"]
+  for strategy, task, application in ADVICE:
+    mine = _scores([r for r in rows if r["strategy"] == strategy], task)
+    base = _scores([r for r in rows if r["strategy"] == "random"], task)
+    if len(mine) < 2 or len(base) < 2:
+      verdict, gap = "fewer than 2 seeds: none yet", "-"
+    else:
+      diff = statistics.mean(mine) - statistics.mean(base)
+      spread = statistics.stdev(mine) + statistics.stdev(base)
+      gap = f"{diff:+.1f}"
+      verdict = ("ahead" if diff > spread else "behind" if diff < -spread
+                 else f"within the spread (± {spread:.1f})")
+    lines.append(f"| {strategy} for {application} | `{task}` | {_mean_sd(mine)} |"
+                 f" {_mean_sd(base)} | {gap} | {verdict} |")
   return "\n".join(lines) + "\n"
 
 
@@ -130,7 +170,12 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
           " (`benchmarks/downstream.py`). Mean ± sample standard deviation over the seeds, in"
           f" percent (question answering's F1 already is). Measured on a 2-core CPU, jax"
           f" {jax.__version__}. Regenerate, or go on, with:\n\n    {command}\n\n"
-          + table(rows, tasks))
+          + table(rows, tasks)
+          + "\n## The usual advice, against random masking\n\n"
+          "Each strategy on the task that stands for the application the advice names, against"
+          " `random` on the same task. A gap is called ahead or behind only where it is larger"
+          " than the two standard deviations added together; anything smaller is within what"
+          " another seed can change.\n\n" + advice(rows))
   if pending:
     text += ("\nNot run yet (the command above goes on with them): " + ", ".join(pending)
              + ".\n")
