@@ -138,11 +138,11 @@ def table(rows: list[dict], tasks) -> str:
   return "\n".join(lines) + "\n"
 
 
-def advice(rows: list[dict]) -> str:
-  """The advice checked against random masking: a strategy is called ahead or behind only where
-  the gap between the means is larger than the two standard deviations added together."""
+def advice(rows: list[dict], tasks) -> str:
+  """The advice on `tasks` checked against random masking: a strategy is called ahead or behind
+  only where the gap between the means is larger than the two standard deviations added."""
   lines = ["| advice | task | strategy | random | gap | verdict |", "|---" * 6 + "|"]
-  for strategy, task, application in ADVICE:
+  for strategy, task, application in (a for a in ADVICE if a[1] in tasks):
     mine = _scores([r for r in rows if r["strategy"] == strategy], task)
     base = _scores([r for r in rows if r["strategy"] == "random"], task)
     if len(mine) < 2 or len(base) < 2:
@@ -175,7 +175,7 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
           "Each strategy on the task that stands for the application the advice names, against"
           " `random` on the same task. A gap is called ahead or behind only where it is larger"
           " than the two standard deviations added together; anything smaller is within what"
-          " another seed can change.\n\n" + advice(rows))
+          " another seed can change.\n\n" + advice(rows, tasks))
   if pending:
     text += ("\nNot run yet (the command above goes on with them): " + ", ".join(pending)
              + ".\n")
