@@ -1,6 +1,6 @@
 """benchmarks/strategies.py's table: mean ± sample standard deviation over the seeds in percent
 (question answering's F1 already is), and a strategy measured with one seed shows its value
-alone, with no spread it does not have. The advice is called ahead or behind of random only where
+alone, with no spread it does not have. The advice is called ahead of or behind random only where
 the gap is larger than both spreads together."""
 
 import json
