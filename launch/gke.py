@@ -24,8 +24,8 @@ from its last checkpoint.
 `xpk` prints (or, without --dry-run, runs) `xpk workload create` with the same command, image,
 TPU type and slices, for clusters made with xpk (MaxText's workflow).
 
-The image must hold mlmjax installed with `[tpu]` (and `[gcs]` for the bucket), e.g. built from
-python:3.11 with `pip install 'mlmjax[tpu,gcs]'` from a copy of the repository.
+The image must hold mlmjax installed with `[tpu,gcs]` (libtpu, and the bucket's client) and the
+configs/ folder in its working directory: launch/Dockerfile builds one (launch/README.md).
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ ACCELERATOR = {"v4": "tpu-v4-podslice", "v5p": "tpu-v5p-slice",
                "v6e": "tpu-v6e-slice"}
 CHIPS_PER_HOST = 4  # a multi-host slice's TPU VMs each have 4 chips
 SINGLE_HOST_CHIPS = {"v4": 4, "v5p": 4, "v5litepod": 8, "v5e": 8, "v6e": 8}
+# What --tpu-type takes: the names targets.parse_tpu reads, one slice each, of the families above.
+TPU_TYPES = ("v4-N or v5p-N (N TensorCores, 2 per chip: v5p-128 is 64 chips),"
+             " v5litepod-N, v5e-N or v6e-N (N chips: v6e-256), for a slice size Cloud TPU has")
 # Ports: the TPU runtime's (8471), the megascale coordinator's (8080), metrics (8431).
 PORTS = (8471, 8080, 8431)
 MEGASCALE_PORT = 8080
@@ -126,7 +129,7 @@ def _parse(argv: list[str]):
   p = argparse.ArgumentParser(prog="launch/gke.py", description=__doc__.split("\n")[0])
   p.add_argument("action", choices=("jobset", "xpk"))
   p.add_argument("--name", required=True, help="the JobSet / xpk workload name")
-  p.add_argument("--tpu-type", required=True, help="one slice: v5p-128, v6e-256, v5litepod-16")
+  p.add_argument("--tpu-type", required=True, help=f"one slice: {TPU_TYPES}")
   p.add_argument("--num-slices", type=int, default=1)
   p.add_argument("--image", required=True, help="a container image with mlmjax[tpu,gcs]")
   p.add_argument("--workdir", required=True, help="the run folder: gs://BUCKET/...")
@@ -143,9 +146,13 @@ def _parse(argv: list[str]):
 def main(argv: list[str]) -> int:
   args, extra = _parse(argv)
   tpu = targets.parse_tpu(args.tpu_type)
-  if tpu is None or tpu.slices != 1:
-    raise LaunchError(f"--tpu-type={args.tpu_type!r}: name one slice, as {targets.FORMS}"
-                      " (and the count with --num-slices)")
+  if tpu is not None and tpu.slices != 1:
+    one = args.tpu_type.split("x", 1)[1]
+    raise LaunchError(f"--tpu-type={args.tpu_type!r}: name one slice and the count apart:"
+                      f" --tpu-type={one} --num-slices={tpu.slices}")
+  if tpu is None or tpu.family not in ACCELERATOR:
+    raise LaunchError(f"--tpu-type={args.tpu_type!r}: name one TPU slice: {TPU_TYPES}"
+                      " (several slices: --num-slices)")
   if args.num_slices < 1:
     raise LaunchError(f"--num-slices={args.num_slices} must be >= 1")
   if not args.workdir.startswith("gs://"):

@@ -18,8 +18,8 @@ CELLS = [
 Pretrains a small BERT with masked language modeling on mlmjax's built-in corpus (the King
 James Bible), plots its loss curve and asks it to fill in a `[MASK]`.
 
-For a TPU: *Runtime > Change runtime type > TPU*. It runs on any runtime: on a 2-core CPU the
-default 2,400 steps take about 7 minutes, on a TPU much less.
+For a TPU: *Runtime > Change runtime type*, then a TPU: Colab's TPU runtimes are v5e-1 and
+v6e-1 (one TPU chip each). It runs on any runtime, a CPU one too, only slower.
 
 The first cell holds the settings; each can also come from an environment variable (the tests
 run this notebook on CPU with a few steps that way)."""),
@@ -31,16 +31,21 @@ STEPS = int(os.environ.get("MLMJAX_NOTEBOOK_STEPS", 2000))
 # Checkpoints, tokenizer and metrics.jsonl. On Colab, a folder on a mounted Google Drive
 # survives a lost runtime: running the notebook again then resumes from it.
 WORKDIR = os.environ.get("MLMJAX_NOTEBOOK_WORKDIR", "runs/colab_tiny")
-# mlmjax's git repository (yours or a fork you can reach) and the branch, tag or commit.
-REPO_URL = os.environ.get("MLMJAX_NOTEBOOK_REPO_URL", "https://github.com/YOUR-ACCOUNT/mlmjax.git")
+# Where mlmjax comes from when this notebook does not run inside a checkout of it (as on
+# Colab): set REPO_URL to the git URL of the mlmjax repository you use (yours, or a fork you
+# can reach), and REPO_REF to a branch, tag or commit. Inside a checkout both are unused.
+REPO_URL = os.environ.get("MLMJAX_NOTEBOOK_REPO_URL", "")
 REPO_REF = os.environ.get("MLMJAX_NOTEBOOK_REPO_REF", "main")"""),
     ("markdown", "install-md", """\
 ## 1. Install
 
-Clones mlmjax and installs it with pip, adding `jax[tpu]` on a TPU runtime. If pip changed a
-package Colab had already loaded, Colab asks to restart the session: do, then run all cells
-again. With `MLMJAX_NOTEBOOK_SKIP_INSTALL=1` this step uses the mlmjax already installed (and
-the source tree in `MLMJAX_NOTEBOOK_REPO_DIR`, default the current directory)."""),
+Installs mlmjax with pip, editable, adding its `[tpu]` extra (libtpu) on a TPU runtime. From
+the checkout this notebook runs in, when it does (opened in Jupyter from the repository, or set
+by `MLMJAX_NOTEBOOK_REPO_DIR`); otherwise, as on Colab, from a clone of `REPO_URL`, which you set
+in the first cell. If pip changed a package Colab had already loaded, Colab asks to restart the
+session: do, then run all cells again. With `MLMJAX_NOTEBOOK_SKIP_INSTALL=1` this step uses the
+mlmjax already installed (and the source tree of that checkout, default the current
+directory)."""),
     ("code", "install", """\
 import glob
 import subprocess
@@ -52,27 +57,47 @@ def on_tpu():
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
+def find_checkout(folder):
+    \"\"\"The root of the mlmjax checkout that holds `folder`, or None. (Jupyter starts the
+    kernel in the notebook's folder: launch/ of the checkout.)\"\"\"
+    folder = os.path.abspath(folder)
+    while True:
+        if (os.path.isfile(os.path.join(folder, "setup.py"))
+                and os.path.isfile(os.path.join(folder, "mlmjax", "main.py"))
+                and os.path.isdir(os.path.join(folder, "configs"))):
+            return folder
+        if os.path.dirname(folder) == folder:
+            return None
+        folder = os.path.dirname(folder)
+
+
+REPO_DIR = os.environ.get("MLMJAX_NOTEBOOK_REPO_DIR") or find_checkout(os.getcwd())
 if os.environ.get("MLMJAX_NOTEBOOK_SKIP_INSTALL") == "1":
-    REPO_DIR = os.path.abspath(os.environ.get("MLMJAX_NOTEBOOK_REPO_DIR", "."))
+    REPO_DIR = os.path.abspath(REPO_DIR or ".")
     print(f"MLMJAX_NOTEBOOK_SKIP_INSTALL=1: using the installed mlmjax and {REPO_DIR}")
 else:
-    if "YOUR-ACCOUNT" in REPO_URL:
-        raise ValueError("Set REPO_URL in the first cell to mlmjax's git repository")
-    REPO_DIR = os.path.abspath("mlmjax")
-    if not os.path.isdir(REPO_DIR):
-        subprocess.run(["git", "clone", "--quiet", REPO_URL, REPO_DIR], check=True)
-    subprocess.run(["git", "-C", REPO_DIR, "checkout", "--quiet", REPO_REF], check=True)
-    extra = ["jax[tpu]"] if on_tpu() else []  # mlmjax pins the jax version; this adds libtpu
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", REPO_DIR, *extra],
-                   check=True)
+    if REPO_DIR:
+        REPO_DIR = os.path.abspath(REPO_DIR)
+        print(f"installing the checkout this notebook runs in: {REPO_DIR}")
+    else:
+        REPO_DIR = os.path.abspath("mlmjax")
+        if not os.path.isdir(REPO_DIR):
+            if not REPO_URL:
+                raise ValueError("This notebook does not run inside a checkout of mlmjax: set "
+                                 "REPO_URL in the first cell to the git repository to install from")
+            subprocess.run(["git", "clone", "--quiet", REPO_URL, REPO_DIR], check=True)
+        subprocess.run(["git", "-C", REPO_DIR, "checkout", "--quiet", REPO_REF], check=True)
+        print(f"installing {REPO_URL or 'the clone'} at {REPO_REF}: {REPO_DIR}")
+    target = REPO_DIR + "[tpu]" if on_tpu() else REPO_DIR  # [tpu]: the libtpu of mlmjax's jax
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", target], check=True)
 # This running kernel does not see a fresh editable install, and configs/ is not part of the
 # package: both are imported from the source tree.
 sys.path.insert(0, REPO_DIR)"""),
     ("markdown", "devices-md", """\
 ## 2. Devices
 
-mlmjax shards the batch over every device it sees (data parallel by default): 8 TPU cores on
-a v2-8, 1 chip on a v5e-1, 1 CPU device otherwise."""),
+mlmjax shards the batch over every device it sees (data parallel by default): 1 TPU chip on
+Colab's v5e-1 and v6e-1 runtimes, 1 CPU device otherwise."""),
     ("code", "devices", """\
 import jax
 

@@ -2,23 +2,29 @@
 # Runs ON each TPU VM worker: launch/tpu.sh calls it over ssh on all of them, from the copy of
 # mlmjax that `tpu.sh install` put there. Works by hand on any single machine too.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 usage() {
   cat <<'USAGE'
-usage: launch/worker.sh ACTION
+usage: launch/worker.sh [--dry-run] ACTION
 
-  setup            a Python 3.11 venv (made with uv) with jax[tpu] and this tree, editable
+  setup            a Python 3.11 venv (made with uv) with this tree installed editable, with
+                   its [tpu,gcs] extras: jax's libtpu and the gs:// bucket support
   train FLAGS...   python -m mlmjax.main FLAGS..., detached, appending to the log; refuses
                    to start a second run
   stop             SIGTERM to that run: mlmjax saves a checkpoint and exits 0
   logs [--lines=N] [--follow]
 
+--dry-run (before or right after the action) prints each command, prefixed "+ ", instead of
+running it.
+
 environment: MLMJAX_VENV (default ~/mlmjax-venv), MLMJAX_LOG_DIR (default ~/mlmjax-logs,
-holding train.log and train.pid), MLMJAX_JAX_EXTRA (default tpu: installs "jax[tpu]")
+holding train.log and train.pid), MLMJAX_EXTRAS (default tpu,gcs: the extras setup installs)
 USAGE
 }
 
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ROOT=$MLMJAX_ROOT
 VENV=${MLMJAX_VENV:-$HOME/mlmjax-venv}
 LOG_DIR=${MLMJAX_LOG_DIR:-$HOME/mlmjax-logs}
 LOG=$LOG_DIR/train.log
@@ -37,13 +43,16 @@ setup() {
   # TPU VM images ship Python 3.10; mlmjax needs >= 3.11, so uv provides one in a venv.
   local uv=$HOME/.local/bin/uv
   if [[ ! -x $uv ]]; then
-    curl -LsSf https://astral.sh/uv/install.sh | sh
+    run sh -c 'curl -LsSf https://astral.sh/uv/install.sh | sh'
   fi
-  "$uv" venv --quiet --allow-existing --python=3.11 "$VENV"
-  # mlmjax's own requirements pin the jax version; [tpu] adds the matching libtpu.
-  "$uv" pip install --quiet --python="$VENV/bin/python" "jax[${MLMJAX_JAX_EXTRA:-tpu}]" \
-    --editable="$ROOT"
-  "$VENV/bin/python" -c 'import jax, mlmjax; print("mlmjax ready: jax", jax.__version__)'
+  run "$uv" venv --quiet --allow-existing --python=3.11 "$VENV"
+  # [tpu]: the jax version mlmjax pins, with its libtpu. [gcs]: always, not only when the
+  # workdir is a bucket: setup runs before any `train` names a workdir or data, a bucket is
+  # the workdir the docs advise for pods, and without it a gs:// path fails only at train
+  # time, on every worker (the extra is two small client libraries).
+  run "$uv" pip install --quiet --python="$VENV/bin/python" \
+    --editable="${ROOT}[${MLMJAX_EXTRAS:-tpu,gcs}]"
+  run "$VENV/bin/python" -c 'import jax, mlmjax; print("mlmjax ready: jax", jax.__version__)'
 }
 
 train() {
@@ -53,10 +62,15 @@ train() {
     echo "error: mlmjax is already training on $(hostname) (pid $pid); stop it first" >&2
     exit 1
   fi
-  mkdir -p "$LOG_DIR"
-  echo "==== $(date -u +%FT%TZ) start: python -m mlmjax.main $*" >>"$LOG"
   # Detached from the ssh session; relative --config paths are relative to the tree.
   cd "$ROOT"
+  if [[ $DRY_RUN == 1 ]]; then
+    echo "+ cd $(quote "$ROOT")"
+    echo "+ nohup $(quote_all "$VENV/bin/python" -m mlmjax.main "$@") >>$(quote "$LOG") 2>&1 </dev/null &"
+    return 0
+  fi
+  mkdir -p "$LOG_DIR"
+  echo "==== $(date -u +%FT%TZ) start: python -m mlmjax.main $*" >>"$LOG"
   nohup "$VENV/bin/python" -m mlmjax.main "$@" >>"$LOG" 2>&1 </dev/null &
   echo $! >"$PID_FILE"
   echo "mlmjax started on $(hostname): pid $!, log $LOG"
@@ -70,7 +84,8 @@ stop() {
     return 0
   fi
   # What a preemption sends: every process agrees on a step, saves it and exits.
-  kill -TERM "$pid"
+  run kill -TERM "$pid"
+  [[ $DRY_RUN == 0 ]] || return 0
   echo "sent SIGTERM to mlmjax on $(hostname) (pid $pid); it saves a checkpoint, then exits"
 }
 
@@ -88,13 +103,21 @@ logs() {
     echo "no log yet on $(hostname) ($LOG)"
     return 0
   fi
-  tail -n "$lines" "${follow[@]}" "$LOG"
+  run tail -n "$lines" ${follow[@]+"${follow[@]}"} "$LOG"
 }
 
+if [[ ${1:-} == --dry-run ]]; then
+  DRY_RUN=1
+  shift
+fi
 case ${1:-} in
   setup | train | stop | logs)
     action=$1
     shift
+    if [[ ${1:-} == --dry-run ]]; then
+      DRY_RUN=1
+      shift
+    fi
     "$action" "$@"
     ;;
   -h | --help) usage ;;

@@ -1,8 +1,11 @@
 """launch/gke.py: the JobSet manifests it writes, parsed back and checked for one slice and for
 several; the xpk command; `--apply --dry-run` runs nothing; one-line errors. And mlmjax's
-multi-process start-up under the environment GKE and the manifest give a pod, simulated."""
+multi-process start-up under the environment GKE and the manifest give a pod, simulated.
+launch/Dockerfile, the image these run, read statically (no Docker engine here)."""
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 
@@ -98,15 +101,36 @@ def test_apply_dry_run_and_xpk_print_and_run_nothing(tmp_path):
   assert real.returncode == 99 and "FAKE CALLED" in real.stderr  # the real call reaches kubectl
 
 
+# What gke.py accepts as --tpu-type, and its error says so: these forms, nothing else.
+TPU_TYPES = ("v4-N or v5p-N (N TensorCores, 2 per chip: v5p-128 is 64 chips), v5litepod-N,"
+             " v5e-N or v6e-N (N chips: v6e-256), for a slice size Cloud TPU has")
+
+
 def test_bad_options_are_one_line():
   for args, message in (
-      (["--tpu-type=v5p-7"], "error: --tpu-type='v5p-7': name one slice, as "),
-      (["--tpu-type=2xv5p-64"], "error: --tpu-type='2xv5p-64': name one slice, as "),
+      (["--tpu-type=v5p-7"], f"error: --tpu-type='v5p-7': name one TPU slice: {TPU_TYPES}"
+       " (several slices: --num-slices)"),
+      (["--tpu-type=h100x8"], f"error: --tpu-type='h100x8': name one TPU slice: {TPU_TYPES}"
+       " (several slices: --num-slices)"),
+      (["--tpu-type=2xv5p-64"], "error: --tpu-type='2xv5p-64': name one slice and the count"
+       " apart: --tpu-type=v5p-64 --num-slices=2"),
       (["--tpu-type=v5p-8", "--workdir=/mnt/runs"], "error: --workdir='/mnt/runs': every pod"
        " writes the run, and a pod's disk is lost with it: use a bucket folder, gs://BUCKET/...")):
     proc = _run("jobset", *ARGS, *args)
-    assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.returncode == 2 and proc.stderr == message + "\n", proc.stderr
+
+
+def test_every_tpu_type_the_error_lists_is_accepted():
+  """The forms in the message, each with a size, make a manifest (and the one example of
+  several slices it once listed, 2xv5p-64, is refused above)."""
+  for tpu_type, accelerator in (("v4-32", "tpu-v4-podslice"), ("v5p-128", "tpu-v5p-slice"),
+                                ("v5litepod-16", "tpu-v5-lite-podslice"),
+                                ("v5e-16", "tpu-v5-lite-podslice"), ("v6e-256", "tpu-v6e-slice")):
+    assert tpu_type.split("-")[0] + "-N" in TPU_TYPES
+    proc = _run("jobset", f"--tpu-type={tpu_type}", *ARGS)
+    assert proc.returncode == 0, proc.stderr
+    _, _, pod = _pod(yaml.safe_load(proc.stdout))
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == accelerator
 
 
 def test_mlmjax_starts_its_runtime_unchanged_in_a_jobset_pod(monkeypatch):
@@ -143,3 +167,63 @@ def test_the_readme_shows_what_the_generator_prints():
                 "--dry-run"]):
     printed = _run(*args).stdout.rstrip()
     assert "\n".join("    " + line for line in printed.splitlines()) in readme, args[0]
+
+
+# ---- launch/Dockerfile and .dockerignore ----------------------------------------------------
+
+DOCKERFILE = os.path.join(REPO, "launch", "Dockerfile")
+
+
+def _instructions(path):
+  """(INSTRUCTION, arguments) of a Dockerfile: comments dropped, continued lines joined."""
+  text = re.sub(r"\\\n", " ", open(path, encoding="utf-8").read())
+  out = []
+  for line in text.splitlines():
+    if line.strip() and not line.lstrip().startswith("#"):
+      word, _, rest = line.strip().partition(" ")
+      out.append((word.upper(), rest.strip()))
+  return out
+
+
+def _dockerignore():
+  with open(os.path.join(REPO, ".dockerignore"), encoding="utf-8") as f:
+    return [l.strip() for l in f if l.strip() and not l.startswith("#")]
+
+
+def test_dockerfile_installs_mlmjax_with_tpu_and_gcs_from_copied_files():
+  steps = _instructions(DOCKERFILE)
+  assert steps[0] == ("FROM", "python:3.11-slim")
+  copies = [shlex.split(args) for word, args in steps if word == "COPY"]
+  # Every file it copies is in the build context (the repository root) and not ignored.
+  sources = [src for words in copies for src in words[:-1]]
+  assert sources and all(os.path.exists(os.path.join(REPO, src)) for src in sources), sources
+  assert {"setup.py", "README.md", "mlmjax"} <= set(sources)  # setup.py reads README.md
+  # A regular install (not editable) with both extras, of the copied package.
+  [pip] = [args for word, args in steps if word == "RUN" and "pip install" in args]
+  words = shlex.split(pip)
+  assert not {"-e", "--editable"} & set(words)
+  [target] = [w for w in words if w.endswith("[tpu,gcs]")]
+  package_dir = target[:-len("[tpu,gcs]")]
+  assert [c for c in copies if c == ["setup.py", "README.md", package_dir + "/"]]
+  # Every top-level package setup.py names (mlmjax, configs: the presets) is in the copy.
+  with open(os.path.join(REPO, "setup.py"), encoding="utf-8") as f:
+    [include] = re.findall(r"find_packages\(include=\[([^\]]*)\]", f.read())
+  packages = {name.split(".")[0] for name in re.findall(r"\"([\w.*]+)\"", include)}
+  assert "mlmjax" in packages
+  for package in packages:
+    assert [c for c in copies if c == [package, f"{package_dir}/{package}"]], package
+  # gke.py's command (python -m mlmjax.main --config=configs/...) runs in the working
+  # directory, where configs/ is; the image gives no entrypoint of its own.
+  workdir = [args for word, args in steps if word == "WORKDIR"][-1]
+  assert steps.index(("WORKDIR", workdir)) < steps.index(("COPY", "configs configs"))
+  assert not [w for w, _ in steps if w in ("ENTRYPOINT", "CMD")]
+
+
+def test_dockerignore_sends_only_what_the_dockerfile_copies():
+  patterns = _dockerignore()
+  assert patterns[0] == "*"  # everything out (.git, runs/, data/, ...), then back in:
+  back_in = {p[1:] for p in patterns if p.startswith("!")}
+  copied = {src.rstrip("/") for word, args in _instructions(DOCKERFILE) if word == "COPY"
+            for src in shlex.split(args)[:-1]}
+  assert back_in == copied
+  assert not back_in & {"runs", ".git", "data"}

@@ -98,6 +98,83 @@ def test_tpu_create(sandbox):
       " --accelerator-type=v4-32 --version=tpu-ubuntu2204-base"]
 
 
+# Google's "TPU software versions" (https://cloud.google.com/tpu/docs/runtimes), by family.
+@pytest.mark.parametrize("accelerator,version", [
+    ("v4-8", "tpu-ubuntu2204-base"), ("v3-8", "tpu-ubuntu2204-base"),
+    ("v5p-128", "v2-alpha-tpuv5"), ("v5litepod-16", "v2-alpha-tpuv5-lite"),
+    ("v6e-8", "v2-alpha-tpuv6e")])
+def test_tpu_create_picks_the_software_version_of_the_family(sandbox, accelerator, version):
+  assert _dry_run(sandbox, TPU, "create", "--name=t", "--zone=z",
+                  f"--accelerator-type={accelerator}") == [
+      f"+ gcloud compute tpus tpu-vm create t --zone=z --accelerator-type={accelerator}"
+      f" --version={version}"]
+  # --version (or MLMJAX_TPU_VERSION) still wins.
+  assert _dry_run(sandbox, TPU, "create", "--name=t", "--zone=z",
+                  f"--accelerator-type={accelerator}", "--version=tpu-vm-custom") == [
+      f"+ gcloud compute tpus tpu-vm create t --zone=z --accelerator-type={accelerator}"
+      " --version=tpu-vm-custom"]
+
+
+def test_tpu_create_an_unknown_family_needs_version(sandbox):
+  proc = _run(sandbox, TPU, "create", "--name=t", "--zone=z", "--accelerator-type=tpu7x-8",
+              "--dry-run")
+  assert proc.returncode == 2 and not proc.stdout
+  assert proc.stderr.splitlines()[0] == (
+      "error: no TPU software version known for --accelerator-type=tpu7x-8 (known: v2-N, v3-N,"
+      " v4-N, v5p-N, v5litepod-N, v6e-N): pass --version=VERSION"
+      " (see https://cloud.google.com/tpu/docs/runtimes)")
+  assert _dry_run(sandbox, TPU, "create", "--name=t", "--zone=z", "--accelerator-type=tpu7x-8",
+                  "--version=v2-alpha-tpu7x") == [
+      "+ gcloud compute tpus tpu-vm create t --zone=z --accelerator-type=tpu7x-8"
+      " --version=v2-alpha-tpu7x"]
+
+
+QR = "+ gcloud compute tpus queued-resources "
+V6E = ["--name=mlm-v6e", "--zone=us-east5-b", "--project=my-project"]
+V6E_WHERE = "mlm-v6e --zone=us-east5-b --project=my-project"
+
+
+def test_tpu_queued_resource_create_status_delete(sandbox):
+  """gcloud's queued-resources commands, flags as its reference gives them
+  (https://cloud.google.com/sdk/gcloud/reference/compute/tpus/queued-resources/create)."""
+  assert _dry_run(sandbox, TPU, "create", *V6E, "--queued", "--accelerator-type=v6e-16",
+                  "--spot") == [
+      QR + "create " + V6E_WHERE + " --node-id=mlm-v6e --accelerator-type=v6e-16"
+      " --runtime-version=v2-alpha-tpuv6e --spot"]
+  assert _dry_run(sandbox, TPU, "create", *V6E, "--queued", "--accelerator-type=v5p-8",
+                  "--reserved") == [
+      QR + "create " + V6E_WHERE + " --node-id=mlm-v6e --accelerator-type=v5p-8"
+      " --runtime-version=v2-alpha-tpuv5 --reserved"]
+  # On demand: neither --spot nor --reserved.
+  assert _dry_run(sandbox, TPU, "create", *V6E, "--queued",
+                  "--accelerator-type=v5litepod-8") == [
+      QR + "create " + V6E_WHERE + " --node-id=mlm-v6e --accelerator-type=v5litepod-8"
+      " --runtime-version=v2-alpha-tpuv5-lite"]
+  # A named reservation: --reservation is a flag of gcloud alpha only.
+  assert _dry_run(sandbox, TPU, "create", *V6E, "--queued", "--accelerator-type=v6e-16",
+                  "--reservation", "my-reservation") == [
+      "+ gcloud alpha compute tpus queued-resources create " + V6E_WHERE +
+      " --node-id=mlm-v6e --accelerator-type=v6e-16 --runtime-version=v2-alpha-tpuv6e"
+      " --reservation=my-reservation"]
+  assert _dry_run(sandbox, TPU, "status", *V6E, "--queued") == [
+      QR + "describe " + V6E_WHERE]
+  assert _dry_run(sandbox, TPU, "delete", *V6E, "--queued") == [
+      QR + "delete " + V6E_WHERE + " --force"]
+  assert _dry_run(sandbox, TPU, "delete", *V6E, "--queued", "--yes") == [
+      QR + "delete " + V6E_WHERE + " --force --quiet"]
+  # MLMJAX_TPU_QUEUED=1 sets --queued for every command; the TPU VM has the same name.
+  env = {"MLMJAX_TPU_QUEUED": "1"}
+  assert _dry_run(sandbox, TPU, "status", *V6E, env=env) == [QR + "describe " + V6E_WHERE]
+  assert _dry_run(sandbox, TPU, "stop", *V6E, env=env) == [
+      "+ gcloud compute tpus tpu-vm ssh " + V6E_WHERE +
+      " --worker=all --command='bash mlmjax/launch/worker.sh stop'"]
+
+
+def test_tpu_status_of_a_tpu_vm(sandbox):
+  assert _dry_run(sandbox, TPU, "status", *POD) == [
+      "+ gcloud compute tpus tpu-vm describe mlm-pod --zone=us-central2-b --project=my-project"]
+
+
 def test_tpu_create_spot_with_env_defaults(sandbox):
   env = {"MLMJAX_TPU_NAME": "envtpu", "MLMJAX_TPU_ZONE": "us-east5-b",
          "MLMJAX_TPU_ACCELERATOR_TYPE": "v5litepod-16", "MLMJAX_TPU_VERSION": "v2-alpha-tpuv5-lite"}
@@ -196,12 +273,42 @@ def test_help(sandbox, script):
     (["logs", "--name=t", "--zone=z", "--lines"], "error: --lines needs a value"),
     (["logs", "--name=t", "--zone=z", "--lines=many"], "error: --lines needs a number"),
     (["create", "--name=t", "--zone=z", "--", "--x=1"], "error: flags after -- are for 'train'"),
+    (["create", "--name=t", "--zone=z", "--queued", "--spot", "--reserved"],
+     "error: --spot and --reserved/--reservation exclude each other"),
+    (["create", "--name=t", "--zone=z", "--queued", "--reserved", "--reservation=r"],
+     "error: --reserved (any reservation) or --reservation=NAME (that one), not both"),
+    (["create", "--name=t", "--zone=z", "--reservation=r"],
+     "error: --reserved and --reservation are for a queued resource: add --queued"),
+    (["create", "--name=t", "--zone=z", "--reservation"], "error: --reservation needs a value"),
 ])
 def test_tpu_errors(sandbox, args, message):
   proc = _run(sandbox, TPU, "--dry-run", *args)
   assert proc.returncode == 2, proc.stdout
   assert proc.stderr.startswith(message), proc.stderr
   assert not proc.stdout and not sandbox["calls"].exists()
+
+
+def test_tpu_queued_from_the_environment_is_0_or_1(sandbox):
+  proc = _run(sandbox, TPU, "--dry-run", "status", "--name=t", "--zone=z",
+              env={"MLMJAX_TPU_QUEUED": "yes"})
+  assert proc.returncode == 2 and proc.stderr.startswith(
+      "error: MLMJAX_TPU_QUEUED is 0 or 1, not 'yes'"), proc.stderr
+
+
+def test_the_readme_shows_what_tpu_sh_prints(sandbox):
+  """launch/README.md's example outputs are the scripts' own."""
+  with open(os.path.join(LAUNCH, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+  printed = _dry_run(sandbox, TPU, "train", "--name=mlm-pod", "--zone=us-central2-b",
+                     "--config=configs/bert.py:base", "--workdir=gs://my-bucket/runs/bert", "--",
+                     "--config.train.steps=100000")
+  env = {"MLMJAX_TPU_NAME": "mlm-v6e", "MLMJAX_TPU_ZONE": "us-east5-b", "MLMJAX_TPU_QUEUED": "1"}
+  printed += _dry_run(sandbox, TPU, "create", "--accelerator-type=v6e-16", "--spot", env=env)
+  printed += _dry_run(sandbox, TPU, "status", env=env)
+  printed += _dry_run(sandbox, TPU, "delete", env=env)
+  assert len(printed) == 4
+  for line in printed:
+    assert f"\n    {line}\n" in readme, line
 
 
 # ---- SLURM --------------------------------------------------------------------------------
@@ -341,6 +448,39 @@ def test_worker_setup_uses_uv_for_python_3_11(worker_env, tmp_path):
   venv = worker_env["MLMJAX_VENV"]
   assert calls.read_text().splitlines() == [
       f"uv venv --quiet --allow-existing --python=3.11 {venv}",
-      f"uv pip install --quiet --python={venv}/bin/python jax[tpu] --editable={REPO}"]
+      f"uv pip install --quiet --python={venv}/bin/python --editable={REPO}[tpu,gcs]"]
   # Then the venv's python checks the install (here the fake, which ignores it).
   assert proc.stdout == "fake python -c\n"
+  # Each command is shown on stderr as it runs.
+  assert f"+ {tmp_path}/.local/bin/uv venv --quiet" in proc.stderr
+
+
+def test_worker_setup_dry_run_installs_tpu_and_gcs_extras(worker_env, tmp_path):
+  """[tpu,gcs] always: a gs:// workdir or data set works on every worker it set up."""
+  venv, uv = worker_env["MLMJAX_VENV"], f"{tmp_path}/.local/bin/uv"
+  expected = [
+      "+ sh -c 'curl -LsSf https://astral.sh/uv/install.sh | sh'",  # no uv yet
+      f"+ {uv} venv --quiet --allow-existing --python=3.11 {venv}",
+      f"+ {uv} pip install --quiet --python={venv}/bin/python --editable='{REPO}[tpu,gcs]'",
+      f"+ {venv}/bin/python -c 'import jax, mlmjax; print(\"mlmjax ready: jax\", jax.__version__)'"]
+  for args in (["setup", "--dry-run"], ["--dry-run", "setup"]):
+    proc = _worker(worker_env, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == expected
+  assert not (tmp_path / ".local").exists()
+  # MLMJAX_EXTRAS picks other extras (a GPU machine: gcs only, jax[cuda12] by hand).
+  proc = _worker({**worker_env, "MLMJAX_EXTRAS": "gcs"}, "setup", "--dry-run")
+  assert f"--editable='{REPO}[gcs]'" in proc.stdout.splitlines()[2]
+
+
+def test_worker_dry_run_starts_and_stops_nothing(worker_env, tmp_path):
+  venv, log = worker_env["MLMJAX_VENV"], tmp_path / "logs" / "train.log"
+  proc = _worker(worker_env, "--dry-run", "train", "--config=configs/tiny.py",
+                 "--workdir=gs://bucket/runs/t")
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.splitlines() == [
+      f"+ cd {REPO}",
+      f"+ nohup {venv}/bin/python -m mlmjax.main --config=configs/tiny.py"
+      f" --workdir=gs://bucket/runs/t >>{log} 2>&1 </dev/null &"]
+  assert not (tmp_path / "logs").exists()
+  assert _worker(worker_env, "logs", "--dry-run", "--follow").stdout == f"+ tail -n 100 -F {log}\n"

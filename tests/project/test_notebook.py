@@ -4,6 +4,7 @@ CPU (the tiny config, a few steps, installs skipped) in a real Jupyter kernel.""
 import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 import nbclient
@@ -29,6 +30,52 @@ def test_notebook_is_generated_and_has_no_outputs():
   nbformat.validate(nb)
   code = [c for c in nb.cells if c.cell_type == "code"]
   assert code and all(c.outputs == [] and c.execution_count is None for c in code)
+
+
+CELLS = {cell_id: source for _, cell_id, source in make_colab_notebook.CELLS}
+
+
+def _install_cell_calls(monkeypatch, cwd, env, calls=None):
+  """Runs the settings and install cells in `cwd` with `env` and returns the commands the
+  install cell runs (subprocess.run recorded in `calls`, not run) and what it printed."""
+  for key in [k for k in os.environ if k.startswith("MLMJAX_NOTEBOOK_")]:
+    monkeypatch.delenv(key)
+  for key, value in env.items():
+    monkeypatch.setenv(key, value)
+  monkeypatch.chdir(cwd)
+  monkeypatch.setattr(sys, "path", list(sys.path))  # the cell puts the tree first on it
+  calls = [] if calls is None else calls
+  printed = []
+  monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append(args))
+  namespace = {"print": lambda *a: printed.append(" ".join(map(str, a)))}
+  exec(CELLS["settings"], namespace)  # pylint: disable=exec-used
+  exec(CELLS["install"], namespace)  # pylint: disable=exec-used
+  assert not namespace["on_tpu"]()  # no TPU here: no [tpu] extra
+  assert sys.path[0] == namespace["REPO_DIR"]
+  return calls, printed
+
+
+def test_install_cell_installs_the_checkout_it_runs_in(monkeypatch):
+  """Jupyter starts the kernel in launch/ of this checkout: that checkout is installed."""
+  calls, printed = _install_cell_calls(monkeypatch, os.path.join(REPO, "launch"), {})
+  assert calls == [[sys.executable, "-m", "pip", "install", "--quiet", "-e", REPO]]
+  assert printed == [f"installing the checkout this notebook runs in: {REPO}"]
+
+
+def test_install_cell_outside_a_checkout_clones_the_url_the_user_sets(monkeypatch, tmp_path):
+  url = "https://git.example/me/mlmjax.git"
+  calls, _ = _install_cell_calls(monkeypatch, tmp_path, {"MLMJAX_NOTEBOOK_REPO_URL": url,
+                                                         "MLMJAX_NOTEBOOK_REPO_REF": "v1"})
+  clone = str(tmp_path / "mlmjax")
+  assert calls == [["git", "clone", "--quiet", url, clone],
+                   ["git", "-C", clone, "checkout", "--quiet", "v1"],
+                   [sys.executable, "-m", "pip", "install", "--quiet", "-e", clone]]
+  # No URL set (the notebook has no made-up default), no checkout: one clear error, nothing run.
+  assert 'os.environ.get("MLMJAX_NOTEBOOK_REPO_URL", "")' in CELLS["settings"]
+  calls = []
+  with pytest.raises(ValueError, match="does not run inside a checkout of mlmjax: set REPO_URL"):
+    _install_cell_calls(monkeypatch, tmp_path, {}, calls)
+  assert calls == []
 
 
 @pytest.fixture
