@@ -58,7 +58,9 @@ setup(
     description="Pretrain BERT-style encoders with masked language modeling in JAX/Flax.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["mlmjax", "mlmjax.*"]),
+    # configs/ (the presets) installs as the package `configs`: `--config=bert:base` and
+    # saved runs (read onto configs/base.py) work from a wheel too (mlmjax/presets.py)
+    packages=find_packages(include=["mlmjax", "mlmjax.*", "configs"]),
     # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
     package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
     python_requires=">=3.11",

@@ -1,6 +1,6 @@
 """Benchmarks that print numbers: one JSON line per run.
 
-  python -m mlmjax.bench --config=configs/bert.py:base [--steps=10] [--config.model.dtype=...]
+  python -m mlmjax.bench --config=bert:base [--steps=10] [--config.model.dtype=...]
 
 Reports the train step (median and best step time, tokens/s, FLOPs per step and the formula,
 MFU against this machine's measured matmul peak and the device's rated peak where known,
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from mlmjax import cli
 from mlmjax.training import benchmark
 from mlmjax.training import metrics
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = cli.define_config_file()
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed train steps (after 2 warm-up steps).")
 _INPUT_SECONDS = flags.DEFINE_float("input_seconds", 3.0,
                                     "How long to time the host pipeline alone (0: skip).")
@@ -42,5 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, required=("config",))

@@ -4,8 +4,8 @@ device's, compiler and model FLOPs, collectives, the attention kernel, compile t
 
   pip install -e '.[tpu]'            # libtpu: compiling for TPUs from any machine
   pip install -e '.[gpu-compile]'    # jax's CUDA plugin: compiling for GPU nodes (h100x8)
-  python -m mlmjax.compile --config=configs/bert.py:large --target=v5p-8 \
-      --config.data.seq_len=512 --config.masking.max_predictions_per_seq=77 [--hlo_dir=DIR]
+  python -m mlmjax.compile --config=bert:large --target=v5p-8 [--hlo_dir=DIR] \\
+      [--config.train.phases="((1.0, 512, 77),)"]
 
 A step that does not fit ends the command with one `error:` line (chip, memory, how far over).
 """
@@ -14,36 +14,31 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
-from mlmjax import errors
+from mlmjax import cli
 from mlmjax.parallel import targets
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = cli.define_config_file()
 _TARGET = flags.DEFINE_string("target", None, f"What to compile for: {targets.FORMS}.")
 _HLO_DIR = flags.DEFINE_string("hlo_dir", "", "Write each step's optimized HLO here.")
-_VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line errors.")
 
 
 def main(argv):
   del argv
-  with errors.reported_in_one_line(_VERBOSE.value):
-    # The target first, jax after: a GPU target needs jax's CUDA plugin, which jax loads when
-    # it is imported and a machine without a GPU leaves out otherwise (parallel/plugins.py).
-    target = targets.get(_TARGET.value)
-    from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
-    from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
-    metrics.quiet_library_logs()
-    for compiled in aot.compile_steps(_CONFIG.value, target):
-      if _HLO_DIR.value:
-        compiled.report["hlo"] = aot.write_hlo(compiled, _HLO_DIR.value)
-      print(json.dumps(compiled.report), flush=True)
-      if not compiled.report["fits"]:
-        raise aot.does_not_fit(compiled.report, target)
+  # The target first, jax after: a GPU target needs jax's CUDA plugin, which jax loads when it
+  # is imported and a machine without a GPU leaves out otherwise (parallel/plugins.py).
+  target = targets.get(_TARGET.value)
+  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+  metrics.quiet_library_logs()
+  for compiled in aot.compile_steps(_CONFIG.value, target):
+    if _HLO_DIR.value:
+      compiled.report["hlo"] = aot.write_hlo(compiled, _HLO_DIR.value)
+    print(json.dumps(compiled.report), flush=True)
+    if not compiled.report["fits"]:
+      raise aot.does_not_fit(compiled.report, target)
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "target"])
-  app.run(main)
+  cli.run(main, required=("config", "target"))

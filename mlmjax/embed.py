@@ -15,11 +15,11 @@ from __future__ import annotations
 import io
 import time
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax import paths
 from mlmjax.finetuning import examples
@@ -31,7 +31,7 @@ _MODEL = flags.DEFINE_string("model", None, "The fine-tuning run (its output fol
 _INPUT = flags.DEFINE_string("input", None, "Texts, one a line (or .jsonl objects).")
 _FIELD = flags.DEFINE_string("field", "text", "The text field of a .jsonl --input.")
 _OUTPUT = flags.DEFINE_string("output", None, "The .npy file to write.")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Texts embedded per call.")
+_BATCH_SIZE = flags.DEFINE_integer("batch_size", 64, "Texts embedded per call.", lower_bound=1)
 _NORMALIZE = flags.DEFINE_bool("normalize", True, "Unit-length vectors.")
 
 
@@ -79,23 +79,18 @@ def embed(model: finished.FinetunedModel, texts: list[str], batch_size: int = 64
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  del argv
   metrics.quiet_library_logs()
-  with errors.reported_in_one_line():
-    if _BATCH_SIZE.value < 1:
-      raise errors.UserError(f"--batch_size={_BATCH_SIZE.value} must be >= 1")
-    texts = read_texts(_INPUT.value, _FIELD.value)
-    check_kind(finished.saved_record(_MODEL.value))  # before loading the checkpoint
-    model = finished.load(_MODEL.value)
-    vectors = embed(model, texts, _BATCH_SIZE.value, _NORMALIZE.value)
-    buffer = io.BytesIO()
-    np.save(buffer, vectors)
-    paths.write_atomic(_OUTPUT.value, buffer.getvalue())  # a local file or a bucket
+  texts = read_texts(_INPUT.value, _FIELD.value)
+  check_kind(finished.saved_record(_MODEL.value))  # before loading the checkpoint
+  model = finished.load(_MODEL.value)
+  vectors = embed(model, texts, _BATCH_SIZE.value, _NORMALIZE.value)
+  buffer = io.BytesIO()
+  np.save(buffer, vectors)
+  paths.write_atomic(_OUTPUT.value, buffer.getvalue())  # a local file or a bucket
   print(f"{len(texts)} texts -> {_OUTPUT.value} ({vectors.shape[0]} x"
         f" {vectors.shape[1] if vectors.ndim == 2 else 0} float32)")
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["model", "input", "output"])
-  app.run(main)
+  cli.run(main, required=("model", "input", "output"))

@@ -1,20 +1,25 @@
 """The base of every error caused by the user's input (data, config, files), not by a bug.
 
-The command-line tools print these as one actionable line and exit non-zero, without a
-traceback; anything else is a bug and keeps its traceback.
+The commands (mlmjax/cli.py) print these as one actionable line, `error: ...`, and exit with
+the error's `exit_status` (2: the command line asks for something mlmjax cannot do; 1: it
+failed on the way), without a traceback; anything else is a bug and keeps its traceback.
 """
-
-import contextlib
-import sys
 
 
 class UserError(ValueError):
-  pass
+  exit_status = 1
+
+
+class CommandLineError(UserError):
+  """A command line that cannot run: an unknown flag, a bad flag value, a missing required
+  flag, a --config that cannot be loaded, an override that would be ignored."""
+  exit_status = 2
 
 
 class ConfigError(UserError):
   """A config value mlmjax cannot use, with a message naming the key to change (the rules are
   in config_check.py)."""
+  exit_status = 2
 
 
 class DataError(UserError):
@@ -26,15 +31,3 @@ class MissingDependencyError(UserError):
   cuDNN), with the pip command that brings it: a fault of the machine, not of the config, so a
   sweep over configs stops at it rather than recording it as a result."""
 
-
-@contextlib.contextmanager
-def reported_in_one_line(verbose: bool = False):
-  """For the commands: a UserError inside becomes `error: ...` on stderr and exit status 1
-  (with `verbose`, the traceback instead)."""
-  try:
-    yield
-  except UserError as e:
-    if verbose:
-      raise
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)

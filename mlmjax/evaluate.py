@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
 from absl import logging
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
 from mlmjax.parallel import sharding
@@ -84,14 +84,11 @@ def evaluate(path: str, source: str = "", step: int | None = None,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  del argv
   metrics_lib.quiet_library_logs()
-  with errors.reported_in_one_line():
-    print(json.dumps(evaluate(_WORKDIR.value, _SOURCE.value, _STEP.value, _MASK_RATE.value,
-                              _BATCHES.value, _STRATEGY.value), indent=2))
+  print(json.dumps(evaluate(_WORKDIR.value, _SOURCE.value, _STEP.value, _MASK_RATE.value,
+                            _BATCHES.value, _STRATEGY.value), indent=2))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run(main, required=("workdir",))

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import importlib.util
 
-from absl import app
 from absl import flags
 
-from mlmjax import errors
+from mlmjax import cli
 from mlmjax.finetuning import finished
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import exporter
@@ -44,26 +43,24 @@ _FAMILY_NAMES = {"bert": "BERT", "roformer": "RoFormer", "modernbert": "ModernBE
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  del argv
   metrics.quiet_library_logs()
-  with errors.reported_in_one_line():
-    if finished.is_finetuning_run(_WORKDIR.value):  # with its task head
-      model = finished.load(_WORKDIR.value, _STEP.value)
-      name = heads.export(model, _OUT.value)
-      print(f"fine-tuned checkpoint step {model.step} of {_WORKDIR.value}"
-            f" ({model.record['task']}, {model.kind.name}) -> {_OUT.value} ({name})")
-      _verify(lambda: f"max |output difference| {heads.verify(model, _OUT.value):.2e} on a"
-              f" sample {model.kind.name} input")
-      return
-    run = finished_run.load(_WORKDIR.value, _STEP.value)
-    exporter.export(run, _OUT.value)
-    arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
-    kind = _FAMILY_NAMES[arch.model_type]
-    print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
-          f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
-    _verify(lambda: f"max |logit difference| {exporter.verify(run, _OUT.value):.2e} on"
-            f" {exporter.SAMPLE_TEXT!r}")
+  if finished.is_finetuning_run(_WORKDIR.value):  # with its task head
+    model = finished.load(_WORKDIR.value, _STEP.value)
+    name = heads.export(model, _OUT.value)
+    print(f"fine-tuned checkpoint step {model.step} of {_WORKDIR.value}"
+          f" ({model.record['task']}, {model.kind.name}) -> {_OUT.value} ({name})")
+    _verify(lambda: f"max |output difference| {heads.verify(model, _OUT.value):.2e} on a"
+            f" sample {model.kind.name} input")
+    return
+  run = finished_run.load(_WORKDIR.value, _STEP.value)
+  exporter.export(run, _OUT.value)
+  arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
+  kind = _FAMILY_NAMES[arch.model_type]
+  print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
+        f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")
+  _verify(lambda: f"max |logit difference| {exporter.verify(run, _OUT.value):.2e} on"
+          f" {exporter.SAMPLE_TEXT!r}")
 
 
 def _verify(check) -> None:
@@ -77,5 +74,4 @@ def _verify(check) -> None:
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir", "out"])
-  app.run(main)
+  cli.run(main, required=("workdir", "out"))

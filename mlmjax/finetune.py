@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
 from absl import logging
 import jax
-from ml_collections import config_flags
 
-from mlmjax import errors
+from mlmjax import cli
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
@@ -34,8 +32,10 @@ from mlmjax.parallel import distributed
 from mlmjax.training import metrics
 from mlmjax.training import workdir as workdir_lib
 
-_CONFIG = config_flags.DEFINE_config_dict("config", finetune_config.get_config(),
-                                          "Fine-tuning settings (--config.train.epochs=2 ...).")
+_CONFIG = cli.define_config_dict(
+    "config", finetune_config.get_config(), "Fine-tuning settings: --config.KEY=VALUE overrides"
+    " a key (e.g. --config.train.epochs=2); every key and its default is in"
+    " mlmjax/finetuning/config.py.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The pretraining run to fine-tune.")
 _TASK = flags.DEFINE_string("task", None, f"One of {', '.join(tasks.TASKS)}, or a name of your"
                             " own with --train_file and --dev_file.")
@@ -56,28 +56,24 @@ _KIND = flags.DEFINE_enum("kind", "", ["", *tasks.KINDS], "Your own task's kind 
                           " classification).")
 _TAG_NAMES = flags.DEFINE_string("tag_names", "", "token_classification files with numeric"
                                  " tags: the tag of each number, comma-separated (O,B-PER,...).")
-_VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  del argv
   metrics.quiet_library_logs()
   distributed.initialize(None, None, None)  # multi-host detection and the preemption service
   if jax.process_index() > 0:
     logging.set_verbosity(logging.WARNING)
   random_init = _INIT.value == "random"
-  with errors.reported_in_one_line(_VERBOSE.value):
-    data = tasks.load(_TASK.value, _TRAIN_FILE.value, _DEV_FILE.value, _TEXT_FIELDS.value,
-                      _LABEL_FIELD.value, _REGRESSION.value, _KIND.value, _TAG_NAMES.value)
-    output = _OUTPUT_DIR.value or workdir_lib.Workdir(_WORKDIR.value).finetune(
-        _TASK.value, random_init).path
-    results = trainer.finetune(_CONFIG.value, _WORKDIR.value, data, output, random_init,
-                               _STEP.value)
+  data = tasks.load(_TASK.value, _TRAIN_FILE.value, _DEV_FILE.value, _TEXT_FIELDS.value,
+                    _LABEL_FIELD.value, _REGRESSION.value, _KIND.value, _TAG_NAMES.value)
+  output = _OUTPUT_DIR.value or workdir_lib.Workdir(_WORKDIR.value).finetune(
+      _TASK.value, random_init).path
+  results = trainer.finetune(_CONFIG.value, _WORKDIR.value, data, output, random_init,
+                             _STEP.value)
   if jax.process_index() == 0:
     print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir", "task"])
-  app.run(main)
+  cli.run(main, required=("workdir", "task"))

@@ -1,6 +1,6 @@
 """Input throughput: how fast a run's input makes masked training batches, without a model.
 
-  python -m mlmjax.input_bench --config=configs/tiny.py \
+  python -m mlmjax.input_bench --config=tiny \\
       --config.data.source=prepared:data/kjv [--seconds=5] [--raw_too]
 
 prints one JSON line per measurement: tokens/s of finished (packed, masked) batches counting
@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from mlmjax import cli
 from mlmjax.training import benchmark
 from mlmjax.training import config_check
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = cli.define_config_file()
 _SECONDS = flags.DEFINE_float("seconds", 5.0, "Measured time, after one warm-up batch.")
 _RAW_TOO = flags.DEFINE_bool("raw_too", False, "With prepared data, also measure its text.")
 
@@ -38,5 +37,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, required=("config",))

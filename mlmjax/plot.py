@@ -10,9 +10,9 @@ tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs'
 from __future__ import annotations
 
 
-from absl import app
 from absl import flags
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax.training import learning_curves
 from mlmjax.training import workdir as workdir_lib
@@ -27,12 +27,11 @@ _OUT = flags.DEFINE_string("out", None, "The PNG to write (default: WORKDIR/curv
 def main(argv):
   workdirs = list(_WORKDIR.value or []) + argv[1:]
   if not workdirs:
-    raise app.UsageError("give at least one --workdir")
+    raise errors.CommandLineError("--workdir is required: give at least one run")
   out = _OUT.value or (workdir_lib.Workdir(workdirs[0]).curves if len(workdirs) == 1
                        else "curves.png")
-  with errors.reported_in_one_line():
-    print(learning_curves.save_curves(workdirs, out))
+  print(learning_curves.save_curves(workdirs, out))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, arguments=True)

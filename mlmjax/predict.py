@@ -9,11 +9,11 @@ are printed per mask.
 from __future__ import annotations
 
 
-from absl import app
 from absl import flags
 import jax
 import numpy as np
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax.models import special_ids
 from mlmjax.training import finished_run
@@ -72,17 +72,16 @@ class Predictor:
 def main(argv):
   texts = argv[1:]
   if not texts:
-    raise app.UsageError(f'give at least one text with {MASK_TEXT}, e.g. "the [MASK] of God"')
+    raise errors.CommandLineError(f"give at least one text with {MASK_TEXT}, e.g."
+                                  f' "the {MASK_TEXT} of God"')
   metrics.quiet_library_logs()
-  with errors.reported_in_one_line():
-    predictor = Predictor(_WORKDIR.value)
-    print(f"checkpoint step {predictor.step} of {_WORKDIR.value}")
-    for text in texts:
-      print(text)
-      for i, fills in enumerate(predictor.fill_mask(text, _TOP_K.value)):
-        print(f"  {MASK_TEXT} {i + 1}: " + "  ".join(f"{piece} ({p:.3f})" for piece, p in fills))
+  predictor = Predictor(_WORKDIR.value)
+  print(f"checkpoint step {predictor.step} of {_WORKDIR.value}")
+  for text in texts:
+    print(text)
+    for i, fills in enumerate(predictor.fill_mask(text, _TOP_K.value)):
+      print(f"  {MASK_TEXT} {i + 1}: " + "  ".join(f"{piece} ({p:.3f})" for piece, p in fills))
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  cli.run(main, required=("workdir",), arguments=True)

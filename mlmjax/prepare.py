@@ -1,6 +1,6 @@
 """Tokenizes a corpus once into prepared data (mlmjax/data/prepared.py) that training reads fast.
 
-  python -m mlmjax.prepare --source='corpus/*.txt' --out=data/corpus [--config=configs/tiny.py]
+  python -m mlmjax.prepare --source='corpus/*.txt' --out=data/corpus [--config=tiny]
       [--num_files=64] [--workers=N] [--num_hosts=H --host_index=h]
       [--runner=beam --beam_pipeline_options="--runner=DataflowRunner --project=..."]
 
@@ -22,19 +22,17 @@ mlmjax/data/preparation_beam.py.
 from __future__ import annotations
 
 import os
-import sys
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax.data import preparation
 from mlmjax.training.settings import RunSettings
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", "configs/base.py", "The config you will train with (its tokenizer, split and"
-    " stats settings are used).", lock_config=True)
+_CONFIG = cli.define_config_file(
+    "config", "base", "The config you will train with (its tokenizer, split and"
+    " stats settings are used).")
 _SOURCE = flags.DEFINE_string("source", None, "The text to prepare, as data.source takes it.")
 _OUT = flags.DEFINE_string("out", None, "The folder to create (or to resume).")
 _NUM_FILES = flags.DEFINE_integer(
@@ -56,8 +54,6 @@ _BEAM_OPTIONS = flags.DEFINE_string(
     " (e.g. \"--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp"
     " --setup_file=./setup.py\"). No --runner there: Beam's BundleBasedDirectRunner (this"
     " machine, one process).")
-_VERBOSE = flags.DEFINE_bool("verbose", False, "Show tracebacks for input errors as well.")
-flags.mark_flags_as_required(["source", "out"])
 
 
 def _beam():
@@ -72,28 +68,19 @@ def _beam():
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  try:
-    config = _CONFIG.value
-    config.keys()  # the first use: where config_flags reports a file it could not load
-  except OSError as e:
-    print(f"error: cannot load --config: {str(e).strip().splitlines()[-1].strip()}",
-          file=sys.stderr)
-    sys.exit(1)
-  with errors.reported_in_one_line(_VERBOSE.value):
-    settings = RunSettings.from_config(config)
-    plan = preparation.Plan.of(settings.data, settings.tokenizer, settings.masking,
-                               _SOURCE.value, _NUM_FILES.value)
-    if _RUNNER.value == "beam":
-      if _NUM_HOSTS.value != 1:
-        raise errors.UserError("--num_hosts is for --runner=local; with Beam the runner spreads"
-                               " the work")
-      _beam().prepare(plan, _OUT.value, _BEAM_OPTIONS.value)
-    else:
-      preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value,
-                          _HOST_INDEX.value, _HOST_WAIT.value * 60)
+  del argv
+  settings = RunSettings.from_config(_CONFIG.value)
+  plan = preparation.Plan.of(settings.data, settings.tokenizer, settings.masking, _SOURCE.value,
+                             _NUM_FILES.value)
+  if _RUNNER.value == "beam":
+    if _NUM_HOSTS.value != 1:
+      raise errors.CommandLineError("--num_hosts is for --runner=local; with Beam the runner"
+                                    " spreads the work")
+    _beam().prepare(plan, _OUT.value, _BEAM_OPTIONS.value)
+  else:
+    preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
+                        _HOST_WAIT.value * 60)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, required=("source", "out"))

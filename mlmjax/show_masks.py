@@ -1,6 +1,6 @@
 """Shows what a config's masking does to its real input stream.
 
-  python -m mlmjax.show_masks --config=configs/tiny.py --config.masking.strategy=entity \
+  python -m mlmjax.show_masks --config=tiny --config.masking.strategy=entity \\
       [--workdir=runs/tiny] [--rows=4] [--json]
 
 Takes the first training batch the run would train on (its tokenizer, packing, strategy, rate
@@ -19,15 +19,13 @@ from __future__ import annotations
 import json
 import tempfile
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
-from mlmjax import errors
+from mlmjax import cli
 from mlmjax.training import config_check
 from mlmjax.training import masks_preview
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
+_CONFIG = cli.define_config_file()
 _WORKDIR = flags.DEFINE_string("workdir", "", "A run folder whose tokenizer and statistics to"
                                " use (default: made in a temporary folder).")
 _ROWS = flags.DEFINE_integer("rows", 4, "Rows to print.")
@@ -36,10 +34,9 @@ _JSON = flags.DEFINE_bool("json", False, "JSON lines instead of text.")
 
 def main(argv):
   del argv
-  with errors.reported_in_one_line():
-    settings = config_check.checked(_CONFIG.value)
-    with tempfile.TemporaryDirectory() as tmp:
-      rows, summary = masks_preview.show(settings, _WORKDIR.value or tmp, _ROWS.value)
+  settings = config_check.checked(_CONFIG.value)
+  with tempfile.TemporaryDirectory() as tmp:
+    rows, summary = masks_preview.show(settings, _WORKDIR.value or tmp, _ROWS.value)
   if _JSON.value:
     for line in rows + [summary]:
       print(json.dumps(line))
@@ -50,5 +47,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, required=("config",))

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
+from mlmjax import cli
 from mlmjax import errors
 from mlmjax.data import sources
 from mlmjax.data import tokenizer as tokenizer_lib
@@ -69,16 +69,16 @@ def _run(argv: list[str]) -> None:
   command, texts = argv[1], argv[2:]
   if command == "train":
     if not _OUTPUT.value:
-      raise errors.UserError("train needs --output=PATH.model")
+      raise errors.CommandLineError("train needs --output=PATH.model")
     if texts:
-      raise errors.UserError(f"train takes no arguments (got {texts[0]!r}); the text comes from"
+      raise errors.CommandLineError(f"train takes no arguments (got {texts[0]!r}); the text comes from"
                              " --source")
     tok = train(_OUTPUT.value, _SOURCE.value, _VOCAB_SIZE.value, _MODEL_TYPE.value,
                 _MAX_SENTENCES.value, _EVAL_EVERY.value, _TEXT_FIELD.value)
     print(f"{_OUTPUT.value}: {tok.vocab_size} pieces")
     return
   if bool(_TOKENIZER.value) == bool(_WORKDIR.value):
-    raise errors.UserError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
+    raise errors.CommandLineError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
   path = _TOKENIZER.value or workdir_lib.Workdir(_WORKDIR.value).saved_tokenizer()
   tok = tokenizer_lib.load(path)
   texts = texts or [line.rstrip("\n") for line in sys.stdin]
@@ -88,10 +88,12 @@ def _run(argv: list[str]) -> None:
 
 def main(argv):
   if len(argv) < 2 or argv[1] not in COMMANDS:
-    raise app.UsageError(f"give a command: {' | '.join(COMMANDS)}")
-  with errors.reported_in_one_line():
-    _run(argv)
+    got = f" (got {argv[1]!r})" if len(argv) > 1 else ""
+    raise errors.CommandLineError(f"give an action, {' or '.join(COMMANDS)}{got}: e.g."
+                                  " python -m mlmjax.tokenizer encode --workdir=runs/tiny"
+                                  " \"some text\"")
+  _run(argv)
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main, arguments=True)

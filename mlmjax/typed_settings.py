@@ -60,6 +60,11 @@ def one_of(key: str, value, allowed) -> None:
     raise ConfigError(f"{key}={value!r} is not one of {', '.join(allowed)}")
 
 
+def check_positive(key: str, value: int) -> None:
+  if value < 1:
+    raise ConfigError(f"{key}={value} must be >= 1")
+
+
 def check_rate(key: str, rate: float) -> None:
   if not 0.0 < rate < 1.0:
     raise ConfigError(f"{key}={rate} must be strictly between 0 and 1")

@@ -89,6 +89,7 @@ class FinetuneTrain(typed_settings.Section):
       raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
                         " train.max_checkpoints_to_keep must be >= 1")
     run_settings.check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
+    typed_settings.check_positive("train.batch_size", self.batch_size)
 
   def optimizer_settings(self, total_steps: int) -> run_settings.TrainSettings:
     """BERT's fine-tuning optimizer as pretraining's optimizer settings (optimizer.py): these

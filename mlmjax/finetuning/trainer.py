@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 from absl import logging
 import grain
@@ -198,12 +199,16 @@ class _FineTuner(loop.StepLoop):
     return int(self._epoch(step)) > int(self._epoch(step - 1)) or step == self.total
 
   # ---- dev set -------------------------------------------------------------------------------
-  def _dev_metrics(self, params) -> dict[str, float]:
-    """Loss and the task's metrics over the whole dev set."""
+  def _dev_metrics(self, params, interrupted: Callable[[], bool] = lambda: False
+                   ) -> dict[str, float] | None:
+    """Loss and the task's metrics over the whole dev set; None if `interrupted()`, asked
+    before each batch, said to stop."""
     rows = self.dev_encoded.rows
     n, batch_size = len(self.dev_encoded), self.config.train.batch_size
     outputs = []
     for first in range(0, n, batch_size):
+      if interrupted():
+        return None
       indices = np.arange(first, first + batch_size)
       local = self._local(rows, np.minimum(indices, n - 1))
       outputs.append(np.asarray(jax.device_get(
@@ -240,12 +245,16 @@ class _FineTuner(loop.StepLoop):
   def eval_due(self, step: int) -> bool:
     return self._epoch_ends(step)
 
-  def evaluate(self, step: int, state) -> None:
-    self.dev = self._dev_metrics(state["params"])
+  def evaluate(self, step: int, state, interrupted: Callable[[], bool] = lambda: False) -> bool:
+    dev = self._dev_metrics(state["params"], interrupted)
+    if dev is None:
+      return False
+    self.dev = dev
     logging.info("dev after epoch %.2f (step %d): %s", self._epoch(step), step,
                  ", ".join(f"{k} {v:.4f}" for k, v in self.dev.items()))
     self.writer.write(step, {f"eval/{k}": v for k, v in self.dev.items()})
     self.throughput.update(step)  # keep dev time out of the next tokens/s
+    return True
 
   def save(self, step: int, state) -> None:
     self.ckpt.save(step, state, _BatchPosition(step), host={"nonfinite": self.nonfinite.state()})

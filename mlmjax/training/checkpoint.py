@@ -134,11 +134,15 @@ class Checkpointer:
       args["host"] = ocp.args.StandardSave(host)
     # orbax.save first waits for the previous save, whose write errors surface there: waiting
     # here (no later than orbax would) names the checkpoint that failed, not this one.
-    with self._write_errors(self._in_flight):
-      self.manager.wait_until_finished()
+    self.wait()
     self._in_flight = step
     with self._write_errors(step):
       self.manager.save(step, args=ocp.args.Composite(**args), force=True)
+
+  def wait(self) -> None:
+    """Blocks until the last save started is written (a write error raised, naming it)."""
+    with self._write_errors(self._in_flight):
+      self.manager.wait_until_finished()
 
   def close(self) -> None:
     """Waits for pending writes; a run must not exit with a save half-done. Once a write error

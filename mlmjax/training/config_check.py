@@ -160,7 +160,7 @@ def _check_mesh_and_batch(shape: tuple, batch_sizes: list[int], grad_accum_steps
   dp = int(np.prod([resolved[a] for a in sharding.BATCH_AXES]))
   shards = num_shards or num_processes
   for size in batch_sizes:
-    if size < 1 or size % (dp * grad_accum_steps) or size % num_processes:
+    if size % (dp * grad_accum_steps) or size % num_processes:
       raise ConfigError(
           f"train.batch_size={size} must be divisible by train.grad_accum_steps="
           f"{grad_accum_steps} x the data-parallel size {dp} (data x fsdp of the mesh"

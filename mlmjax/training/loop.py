@@ -10,6 +10,9 @@ once, so both loops behave alike.
 
 from __future__ import annotations
 
+import itertools
+from typing import Callable
+
 from absl import logging
 
 from mlmjax import errors
@@ -75,7 +78,9 @@ class StepLoop:
   def eval_due(self, step: int) -> bool:
     raise NotImplementedError
 
-  def evaluate(self, step: int, state) -> None:
+  def evaluate(self, step: int, state, interrupted: Callable[[], bool] = lambda: False) -> bool:
+    """Evaluates the state after step `step`; False if it stopped because `interrupted()`,
+    asked between its batches, said so (a preemption notice), with nothing recorded."""
     raise NotImplementedError
 
   def save(self, step: int, state) -> None:
@@ -112,15 +117,28 @@ class StepLoop:
       # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
       preempted = self.ckpt.reached_preemption(done)
       finished = self.stop_due(done)
-      save = done % self.checkpoint_every == 0 or done == last or preempted or finished
+      final = done == last or finished
+      save = done % self.checkpoint_every == 0 or final or preempted
       evaluate_now = (self.eval_due(done) or finished) and not preempted
       if save or evaluate_now or self.sync_due(done):
         self.record_step(*pending)  # what is evaluated or saved below includes step `done`
         pending = None
-      if evaluate_now:  # before the checkpoint: a complete checkpoint implies its evaluation
+      if evaluate_now and not final:  # before the checkpoint: a complete one implies its eval
         self.evaluate(done, state)
       if save:
         self.save(done, state)
+      if final and not preempted:
+        # The last checkpoint, written, before the last evaluation (minutes on long rows): a
+        # SIGTERM during the final step or that evaluation loses nothing and waits for nothing;
+        # a rerun evaluates what is missing. Past the last step the agreed step counts these
+        # polls (every process polls at the same points); orbax's save thread asks with the
+        # saved step as it finishes, so only once it has do the asked steps only rise.
+        self.ckpt.wait()
+        polls = itertools.count(done + 1)
+        notice = lambda: self.ckpt.reached_preemption(next(polls))  # pylint: disable=cell-var-from-loop
+        preempted = notice()
+        if evaluate_now and not preempted:
+          preempted = not self.evaluate(done, state, interrupted=notice)
       if preempted:
         logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
                         " the same command again to continue from there", done)

@@ -15,17 +15,15 @@ recursively: a key added since the run was saved takes today's default (a new ke
 the behaviour before it), a saved value takes its default's type (JSON's lists back to tuples,
 an int where a float goes), and keys mlmjax no longer knows are named in one warning line and
 ignored. A saved value that does not fit its key's type, or that today's rules refuse, is a
-one-line ConfigError naming the file and the key.
+one-line DataError naming the file and the key (the run's file is at fault, not the command line).
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import json
-import os
 
 from absl import logging
+from configs import base  # the presets' package, installed with mlmjax (setup.py)
 import ml_collections
 
 from mlmjax import errors
@@ -34,10 +32,6 @@ from mlmjax.training.settings import RunSettings
 
 VERSION = 1
 VERSION_KEY = "config_version"
-# mlmjax's defaults: the repo's configs/base.py, beside the package (installs are editable).
-_BASE_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "configs", "base.py")
 
 
 def dumps(config: ml_collections.ConfigDict) -> str:
@@ -52,30 +46,20 @@ def read(path: str) -> dict:
   try:
     saved = json.loads(paths.read_text(path))
   except json.JSONDecodeError as e:
-    raise errors.ConfigError(f"{path} is not valid JSON ({e})") from None
+    raise errors.DataError(f"{path} is not valid JSON ({e})") from None
   if not isinstance(saved, dict):
-    raise errors.ConfigError(f"{path} holds no config (a JSON object)")
+    raise errors.DataError(f"{path} holds no config (a JSON object)")
   version = saved.pop(VERSION_KEY, 0)
   if not isinstance(version, int) or not 0 <= version <= VERSION:
-    raise errors.ConfigError(f"{path} has {VERSION_KEY}={version!r}: this mlmjax reads formats"
+    raise errors.DataError(f"{path} has {VERSION_KEY}={version!r}: this mlmjax reads formats"
                              f" up to {VERSION}; load the run with a newer mlmjax")
   return saved
 
 
-@functools.cache
-def _base_module():
-  if not os.path.isfile(_BASE_CONFIG):
-    raise errors.UserError(f"mlmjax's default config {_BASE_CONFIG} is missing: saved runs are"
-                           " read onto it (install mlmjax from a checkout: pip install -e .)")
-  spec = importlib.util.spec_from_file_location("mlmjax_base_config", _BASE_CONFIG)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def defaults() -> ml_collections.ConfigDict:
-  """Today's defaults of a pretraining run (configs/base.py), a fresh copy."""
-  return _base_module().get_config()
+  """Today's defaults of a pretraining run (configs/base.py, installed with mlmjax as the
+  package `configs`), a fresh copy."""
+  return base.get_config()
 
 
 def load(path: str) -> RunSettings:
@@ -101,7 +85,7 @@ def load(path: str) -> RunSettings:
     settings = RunSettings.from_config(config)
     config_check.check_saved(settings)
   except errors.ConfigError as e:
-    raise errors.ConfigError(f"{path}: {e}") from None
+    raise errors.DataError(f"{path}: {e}") from None
   return settings
 
 
@@ -128,8 +112,8 @@ def _merge(config: ml_collections.ConfigDict, saved: dict, path: str, prefix: st
       raise _unreadable(path, name, value, f"of type {type(default).__name__}") from None
 
 
-def _unreadable(path: str, name: str, value, what: str) -> errors.ConfigError:
-  return errors.ConfigError(f"{path}: {name}={value!r} cannot be read: today {name} is {what}")
+def _unreadable(path: str, name: str, value, what: str) -> errors.DataError:
+  return errors.DataError(f"{path}: {name}={value!r} cannot be read: today {name} is {what}")
 
 
 def _tuples(value):

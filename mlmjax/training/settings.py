@@ -114,6 +114,7 @@ class TrainSettings(typed_settings.Section):
     if not 0.0 < self.decay_fraction <= 1.0 or self.update_clip_rms < 0:
       raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
     check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
+    typed_settings.check_positive("train.batch_size", self.batch_size)
     profiling.parse(self.profile_steps)
     if self.steps < 1 or self.log_every_steps < 1 or self.eval_every_steps < 1 or (
         self.checkpoint_every_steps < 1) or self.eval_batches < 1 or (
@@ -207,11 +208,17 @@ class RunSettings:
 
   def replace(self, **changes) -> "RunSettings":
     """A copy with some keys changed, e.g. replace(seed=1, train={"steps": 10}): each changed
-    section is made again from its keys (so values take its types and meet its rules)."""
+    section is made again from its keys (so values take its types and meet its rules); a key
+    the settings lack is a ConfigError."""
     values = {}
     for name, change in changes.items():
+      if name not in _SECTIONS and name not in ("seed", "init_from"):
+        raise ConfigError(f"{name}: no such config section or key")
       section = getattr(self, name)
       if isinstance(change, dict) and dataclasses.is_dataclass(section):
+        unknown = sorted(set(change) - set(_keys(section)))
+        if unknown:  # a misspelled key would otherwise be dropped without a word
+          raise ConfigError(f"{name}.{unknown[0]}: no such config key")
         change = type(section).from_config({**_keys(section), **change})
       values[name] = change
     return dataclasses.replace(self, **values)

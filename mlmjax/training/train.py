@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Callable
 
 from absl import logging
 import jax
@@ -81,11 +82,15 @@ class LoopState:
 
 
 def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, shape: input_lib.Shape,
-                    mesh, batch_size: int | None = None) -> dict[str, float]:
+                    mesh, batch_size: int | None = None,
+                    interrupted: Callable[[], bool] = lambda: False) -> dict[str, float] | None:
   """Held-out metrics over `train.eval_batches` fixed batches of `shape` (a phase; with
-  `batch_size` rows, default the phase's): the same masks every time."""
+  `batch_size` rows, default the phase's): the same masks every time. None if `interrupted()`,
+  asked before each batch, said to stop."""
   totals: dict[str, np.ndarray] = {}
   for batch in run_input.eval_batches(shape, batch_size):
+    if interrupted():
+      return None
     sums = jax.device_get(eval_step(params, sharding.to_device(batch, mesh)))
     for k, v in sums.items():
       totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
@@ -254,16 +259,19 @@ class _Trainer(loop.StepLoop):
     train = self.settings.train
     return step % train.eval_every_steps == 0 or step == train.steps
 
-  def evaluate(self, step: int, state) -> None:
+  def evaluate(self, step: int, state, interrupted: Callable[[], bool] = lambda: False) -> bool:
     # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
     with self.budget.paused() if self.budget else contextlib.nullcontext():
       out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase, self.mesh,
-                            self.settings.train.batch_size)
+                            self.settings.train.batch_size, interrupted)
+    if out is None:
+      return False
     logging.info("eval at step %d: %s", step,
                  ", ".join(f"{k.split('/')[1]} {v:.4f}" for k, v in out.items()))
     self.writer.write(step, out)
     self.throughput.update(step)  # keep eval time out of the next tokens/s
     self.eval_metrics = out
+    return True
 
   def save(self, step: int, state) -> None:
     self.writer.flush()  # the rows this checkpoint covers reach a bucket workdir first

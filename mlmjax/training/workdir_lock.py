@@ -6,7 +6,7 @@ side with the first, both writing checkpoints and metrics. The lock is a small J
 rewrites it every `heartbeat_s` seconds from a background thread and removes it when the run
 ends. A lock left behind by a process that died (SIGKILL, power loss) is taken over:
 
-  same host     the holder's pid no longer exists (decided at once);
+  same host     the holder's pid no longer exists, or is a zombie (decided at once);
   another host  (a shared disk, e.g. a pod's NFS workdir) the heartbeat does not move while
                 this process watches it for `stale_s` seconds. Clocks of different hosts are
                 never compared.
@@ -108,7 +108,7 @@ class WorkdirLock:
         pass  # the pid exists (another user's process)
       except (ValueError, KeyError, TypeError):
         return False  # not a record we wrote
-      return True
+      return not _zombie(int(holder["pid"]))
     return self._heartbeat_moves(holder)
 
   def _heartbeat_moves(self, holder: dict) -> bool:
@@ -178,3 +178,16 @@ class WorkdirLock:
       except Exception as e:  # pylint: disable=broad-except
         # A full disk or a network blip must not kill training; the next beat retries.
         logging.warning("Could not refresh the workdir lock: %s", e)
+
+
+def _zombie(pid: int) -> bool:
+  """Whether `pid` exited and waits to be reaped: it still answers kill(pid, 0), and lingers
+  where its parent died too and the init process is slow to reap (containers). Linux's /proc;
+  elsewhere False."""
+  try:
+    with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+      state = f.read().rsplit(")", 1)[1].split()[0]  # after "pid (name)", which may hold spaces
+  except (OSError, IndexError):
+    return False
+  return state in ("Z", "X")
+

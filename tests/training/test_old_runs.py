@@ -164,7 +164,7 @@ def test_a_fresh_config_json_has_the_format_version_and_round_trips_exactly(tmp_
 def test_a_saved_value_todays_mlmjax_refuses_is_a_one_line_error(tmp_path, key, value, message):
   run = _saved_today(tmp_path)
   _write_as_earlier_mlmjax(run, {key: value})
-  with pytest.raises(errors.ConfigError) as e:
+  with pytest.raises(errors.DataError) as e:
     run.load_config()
   assert str(e.value) == f"{run.config}: {message}"
 

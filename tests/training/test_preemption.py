@@ -24,18 +24,18 @@ OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
              "--config.train.eval_batches=1", "--config.model.dropout_rate=0.1"]
 
 
-def _command(workdir, tokenizer_path):
+def _command(workdir, tokenizer_path, *more):
   return [sys.executable, "-m", "mlmjax.main", "--config=configs/tiny.py",
-          f"--workdir={workdir}", f"--config.tokenizer.path={tokenizer_path}", *OVERRIDES]
+          f"--workdir={workdir}", f"--config.tokenizer.path={tokenizer_path}", *OVERRIDES, *more]
 
 
-def _start(workdir, tokenizer_path):
-  return subprocess.Popen(_command(workdir, tokenizer_path), cwd=REPO, env=user_env(),
+def _start(workdir, tokenizer_path, *more):
+  return subprocess.Popen(_command(workdir, tokenizer_path, *more), cwd=REPO, env=user_env(),
                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
 
 
-def _run_to_end(workdir, tokenizer_path):
-  proc = subprocess.run(_command(workdir, tokenizer_path), cwd=REPO, env=user_env(),
+def _run_to_end(workdir, tokenizer_path, *more):
+  proc = subprocess.run(_command(workdir, tokenizer_path, *more), cwd=REPO, env=user_env(),
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc.stderr
@@ -92,6 +92,29 @@ def test_sigterm_saves_exits_zero_and_resumes_exactly(tmp_path, tokenizer_path, 
   assert latest_step(workdir) == step
   assert f"Resumed from checkpoint at step {step}" in _run_to_end(workdir, tokenizer_path)
   _assert_same(_final(workdir), uninterrupted)
+
+
+def test_sigterm_in_the_last_step_saves_it_before_the_final_evaluation(tmp_path, tokenizer_path):
+  """The notice lands in step 20 of 20, as it is computed or saved, or in the final evaluation
+  (300 batches) that follows: the checkpoint is saved at once and the evaluation left to the
+  rerun, which resumes at step 20 and evaluates it. Nothing waits for the evaluation."""
+  workdir = str(tmp_path)
+  last = ["--config.train.steps=20", "--config.train.log_every_steps=1",
+          "--config.train.eval_every_steps=20", "--config.train.eval_batches=300"]
+  proc = _start(workdir, tokenizer_path, *last)
+  _wait_for(proc, "step 19/20 | loss")  # logged once step 20 is under way
+  proc.send_signal(signal.SIGTERM)
+  rest = proc.stderr.read()
+  assert proc.wait(timeout=120) == 0, rest[-3000:]
+  assert "Preemption notice (SIGTERM): saved the checkpoint of step 20;" in rest, rest[-3000:]
+  assert "eval at step 20" not in rest
+  assert latest_step(workdir) == 20
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert rows[-1]["step"] == 20 and "loss" in rows[-1] and not any("eval/" in k for r in rows
+                                                                    for k in r)
+  again = _run_to_end(workdir, tokenizer_path, *last)
+  assert "Resumed from checkpoint at step 20" in again and "eval at step 20: loss" in again
+  assert latest_step(workdir) == 20
 
 
 def test_sigkill_at_random_moments_and_mid_save_resumes_exactly(tmp_path, tokenizer_path,

@@ -61,6 +61,8 @@ def test_the_saved_config_is_the_config_the_settings_came_from():
     ("objective.span_boundary_weight", -1.0, "objective.span_boundary_weight must be >= 0"),
     ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb, muon"),
     ("train.grad_accum_steps", 0, "train.grad_accum_steps=0 must be >= 1"),
+    ("train.batch_size", 0, "train.batch_size=0 must be >= 1"),
+    ("train.batch_size", -4, "train.batch_size=-4 must be >= 1"),
     ("train.phases", ((0.5, 128, 20),), "train.phases=((0.5, 128, 20),) must be (fraction,"
      " seq_len, max_predictions[, options]) entries with positive fractions summing to 1"),
     ("mesh.shape", (1, 0, 1), "config.mesh.shape=(1, 0, 1) must have 3 positive entries"
@@ -96,6 +98,11 @@ def test_replace_makes_the_changed_sections_again_by_their_rules():
   assert settings.train.steps == base.get_config().train.steps  # the original is unchanged
   with pytest.raises(ConfigError, match=r"^eval.mask_rate=0.0 must be strictly between"):
     settings.replace(eval={"mask_rate": 0.0})
+  # A misspelled key is refused, not dropped: the copy would silently keep the old value.
+  with pytest.raises(ConfigError, match=r"^train.stepz: no such config key$"):
+    settings.replace(train={"stepz": 10})
+  with pytest.raises(ConfigError, match=r"^trian: no such config section or key$"):
+    settings.replace(trian={"steps": 10})
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -108,6 +115,7 @@ def test_replace_makes_the_changed_sections_again_by_their_rules():
     ("train.nonfinite_policy", "retry", "train.nonfinite_policy='retry' is not one of skip,"
      " stop"),
     ("qa.doc_stride", 0, "qa.doc_stride=0 must be >= 1"),
+    ("train.batch_size", 0, "train.batch_size=0 must be >= 1"),
     ("embedding.temperature", 0.0, "embedding.temperature=0.0 must be > 0"),
 ])
 def test_the_finetuning_sections_refuse_bad_values_in_one_line(key, value, message):

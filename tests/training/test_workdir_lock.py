@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,6 +49,24 @@ def test_the_lock_of_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path,
     assert _holder(tmp_path)["pid"] == os.getpid()
   # At once: its pid is gone, so no watching of its heartbeat (which would sleep for 30 s).
   assert lock_clock.now < 1.0
+
+
+def test_the_lock_of_a_zombie_on_this_host_is_taken_over_at_once(tmp_path, lock_clock):
+  """A holder that exited but was not reaped (its parent died too, and a container's init is
+  slow to reap) still answers kill(pid, 0): a real zombie, our own unreaped child."""
+  zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+  try:
+    for _ in range(200):  # until it has exited (never waited for, so it stays a zombie)
+      if workdir_lock._zombie(zombie.pid):  # pylint: disable=protected-access
+        break
+      time.sleep(0.05)  # the real clock: the fake one is workdir_lock's
+    os.kill(zombie.pid, 0)  # the pid answers...
+    _write(tmp_path, host=socket.gethostname(), pid=zombie.pid)
+    with _lock(tmp_path, stale_s=30):  # ...yet the lock is taken over
+      assert _holder(tmp_path)["pid"] == os.getpid()
+    assert lock_clock.now < 1.0
+  finally:
+    zombie.wait()
 
 
 def test_another_hosts_lock_is_taken_over_only_once_its_heartbeat_stops(tmp_path, lock_clock):
