@@ -221,8 +221,9 @@ def help_text() -> str:
   are explained, not their whole default)."""
   doc = (sys.modules["__main__"].__doc__ or "").strip()
   lines = [doc, "", "flags:"]
-  for flag in sorted(flags.FLAGS.flags_by_module_dict().get(_main_module(), []) + [
-      flags.FLAGS["verbose"]], key=lambda f: f.name):
+  own = flags.FLAGS.flags_by_module_dict().get(_main_module(), [])
+  shown = {f.name: f for f in own + _config_flags() + [flags.FLAGS["verbose"]]}
+  for flag in sorted(shown.values(), key=lambda f: f.name):
     shown = not config_flag_types.is_config_flag(flag) and flag.default not in (None, "", [])
     default = f" (default: {flag.default_as_str})" if shown else ""
     lines.append(textwrap.fill(f"--{flag.name}: {_one_line(flag.help)}{default}", width=96,

@@ -1,6 +1,13 @@
-"""Command line entry point; deliberately thin (Colab and tests call train.py directly).
+"""Pretrain a model in --workdir, or resume the run there.
 
   python -m mlmjax.main --config=tiny --workdir=runs/tiny [--config.train.steps=N]
+  python -m mlmjax.main --config=bert:base --workdir=runs/bert \\
+      --config.data.source='corpus/*.txt'
+
+A preset by name (tiny, bert:base, ...: the files of configs/) or a config file of yours, any
+key overridden with --config.KEY=VALUE (configs/base.py explains each). Running the same
+command again continues from the last checkpoint; a larger --config.train.steps goes on.
+Deliberately thin: notebooks and tests call training/train.py's train_and_evaluate directly.
 """
 
 from absl import flags

@@ -1,0 +1,85 @@
+"""mlmjax as a wheel, not a checkout: built from the files setup.py packages, installed into a
+folder of its own, run from a folder that holds no checkout. A preset by name trains; evaluate
+and predict read the run back (its config onto the installed configs/base.py)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, user_env
+
+pytestmark = pytest.mark.slow  # builds a wheel, trains in subprocesses
+
+
+def _pip(*args, cwd):
+  proc = subprocess.run([sys.executable, "-m", "pip", *args, "--no-deps", "--no-build-isolation",
+                         "--disable-pip-version-check", "--quiet"], cwd=cwd, capture_output=True,
+                        text=True, timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+  """A folder holding mlmjax and configs installed from a wheel (PYTHONPATH), and the wheel."""
+  tmp = tmp_path_factory.mktemp("wheel")
+  source = tmp / "source"  # what an sdist holds, so that the build writes nothing into REPO
+  source.mkdir()
+  for name in ("setup.py", "README.md"):
+    shutil.copy(os.path.join(REPO, name), source / name)
+  for name in ("mlmjax", "configs"):
+    shutil.copytree(os.path.join(REPO, name), source / name,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+  _pip("wheel", "-w", str(tmp / "dist"), str(source), cwd=tmp)
+  wheel, = (tmp / "dist").glob("mlmjax-*.whl")
+  target = tmp / "site"
+  _pip("install", "--target", str(target), str(wheel), cwd=tmp)
+  return target, wheel
+
+
+def _run(installed, cwd, *args):
+  target, _ = installed
+  env = {**user_env(), "PYTHONPATH": str(target)}
+  return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=600, check=False)
+
+
+def test_the_wheel_holds_the_package_and_the_presets(installed):
+  import zipfile  # pylint: disable=g-import-not-at-top
+  _, wheel = installed
+  names = zipfile.ZipFile(wheel).namelist()
+  assert "mlmjax/cli.py" in names and "configs/bert.py" in names and "configs/base.py" in names
+  assert "mlmjax/parallel/gpu_specs/h100.txtpb" in names
+  assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "launch/", "docs/"))]
+
+
+def test_a_preset_by_name_trains_evaluates_and_predicts_from_the_wheel(installed, tmp_path,
+                                                                        tokenizer_path):
+  target, _ = installed
+  elsewhere = tmp_path / "elsewhere"  # no checkout here: no configs/ beside the command
+  elsewhere.mkdir()
+  where = _run(installed, elsewhere, "-c", "import configs, mlmjax; print(mlmjax.__file__);"
+               " print(configs.__file__)")
+  assert where.stdout.split() == [str(target / "mlmjax" / "__init__.py"),
+                                  str(target / "configs" / "__init__.py")], where.stderr
+  run = str(tmp_path / "run")
+  train = _run(installed, elsewhere, "-m", "mlmjax.main", "--config=tiny", f"--workdir={run}",
+               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
+               "--config.train.steps=4", "--config.train.log_every_steps=2",
+               "--config.train.eval_every_steps=4", "--config.train.eval_batches=1",
+               "--config.train.checkpoint_every_steps=4")
+  assert train.returncode == 0, train.stderr[-3000:]
+  assert "step 4/4 | loss" in train.stderr
+  evaluate = _run(installed, elsewhere, "-m", "mlmjax.evaluate", f"--workdir={run}",
+                  "--batches=1")
+  assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+  result = json.loads(evaluate.stdout)
+  assert result["step"] == 4 and 0 <= result["mlm_accuracy"] <= 1
+  predict = _run(installed, elsewhere, "-m", "mlmjax.predict", f"--workdir={run}",
+                 "In the beginning God created the [MASK] and the earth.")
+  assert predict.returncode == 0, predict.stderr[-3000:]
+  assert predict.stdout.splitlines()[0] == f"checkpoint step 4 of {run}"
+  assert predict.stdout.splitlines()[2].startswith("  [MASK] 1: ")
