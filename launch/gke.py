@@ -25,7 +25,7 @@ from its last checkpoint.
 TPU type and slices, for clusters made with xpk (MaxText's workflow).
 
 The image must hold mlmjax installed with `[tpu,gcs]` (libtpu, and the bucket's client) and the
-configs/ folder in its working directory: launch/Dockerfile builds one (launch/README.md).
+configs/ folder in its working directory: launch/Dockerfile builds one (docs/tpu.md).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def _parse(argv: list[str]):
   p.add_argument("--num-slices", type=int, default=1)
   p.add_argument("--image", required=True, help="a container image with mlmjax[tpu,gcs]")
   p.add_argument("--workdir", required=True, help="the run folder: gs://BUCKET/...")
-  p.add_argument("--config", default="configs/tiny.py", help="a config in the image's tree")
+  p.add_argument("--config", default="configs/tiny.py", help="a preset (bert:base, ...) or a config file in the image's tree")
   p.add_argument("--max-restarts", type=int, default=4, help="jobset: restarts of the set")
   p.add_argument("--apply", action="store_true", help="jobset: kubectl apply it")
   p.add_argument("--cluster", default="", help="xpk: the GKE cluster")

@@ -189,7 +189,7 @@ for i, fills in enumerate(predictor.fill_mask(text, top_k=5)):
 The same run from a shell: `python -m mlmjax.main --config=configs/tiny.py --workdir=runs/tiny`.
 Larger presets (`configs/bert.py:base`, `configs/roberta.py:base`, ...), your own text
 (`--config.data.source='corpus/*.txt'`) and TPU pod slices or GPU clusters (`launch/`) are
-described in the README and `launch/README.md`."""),
+described in the README and `docs/tpu.md`."""),
 ]
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Submits launch/slurm_gpu.sbatch with the sizes and paths as options. See launch/README.md.
+# Submits launch/slurm_gpu.sbatch with the sizes and paths as options. See docs/gpu.md.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -13,7 +13,7 @@ this repository's root in the current environment (which needs mlmjax and jax[cu
 
 options (flag, or the environment variable in brackets):
   --workdir=DIR           run directory on a filesystem every node sees (MLMJAX_WORKDIR), required
-  --config=CONFIG         config file (MLMJAX_CONFIG; default configs/tiny.py)
+  --config=CONFIG         a preset or a config file (MLMJAX_CONFIG; default configs/tiny.py)
   --nodes=N               nodes (MLMJAX_SLURM_NODES; default 2)
   --gpus-per-node=G       GPUs per node = processes per node (MLMJAX_SLURM_GPUS_PER_NODE; default 8)
   --partition=P           SLURM partition (MLMJAX_SLURM_PARTITION; default: the cluster's)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# mlmjax on a Cloud TPU VM or pod slice, one gcloud command per step. See launch/README.md.
+# mlmjax on a Cloud TPU VM or pod slice, one gcloud command per step. See docs/tpu.md.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -40,8 +40,8 @@ options (flag, or the environment variable in brackets):
   --repo=URL                install: git clone URL on the workers (MLMJAX_REPO); default: copy
                             this checkout's commit --ref with git archive + scp
   --ref=REF                 install: commit, branch or tag to install (MLMJAX_REF; default HEAD)
-  --config=CONFIG           train: config file in the tree (MLMJAX_CONFIG; default
-                            configs/tiny.py)
+  --config=CONFIG           train: a preset (tiny, bert:base, ...) or a config file in the
+                            tree (MLMJAX_CONFIG; default configs/tiny.py)
   --workdir=DIR             train: run directory, the same for every worker: a bucket
                             (gs://...) or a shared filesystem for pods (MLMJAX_WORKDIR),
                             required for train

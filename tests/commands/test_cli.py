@@ -54,11 +54,12 @@ def test_train_resume_and_predict(tmp_path, tokenizer_path):
 @pytest.mark.parametrize("args,status,message", [
     (["--config=configs/tiny.py", "--config.train.stepz=3"], 2,
      "error: --config.train.stepz: no such config key (did you mean --config.train.steps?)"),
-    (["--config=tiny", "--config.masking.strategy=syntax",
-      "--config.masking.nlp_pipeline=no_such_pipeline"], 1,  # this machine lacks it
-     "error: masking.nlp_pipeline='no_such_pipeline': no spaCy pipeline of that name or path is"
-     " installed: pip install 'mlmjax[nlp]' (spaCy and en_core_web_sm), or for another pipeline"
-     " pip install spacy && python -m spacy download NAME"),
+    pytest.param(["--config=tiny", "--config.masking.strategy=syntax",
+                  "--config.masking.nlp_pipeline=no_such_pipeline"], 1,  # this machine lacks it
+                 "error: masking.nlp_pipeline='no_such_pipeline': no spaCy pipeline of that name"
+                 " or path is installed: pip install 'mlmjax[nlp]' (spaCy and en_core_web_sm),"
+                 " or for another pipeline pip install spacy && python -m spacy download NAME",
+                 marks=pytest.mark.slow),  # loads spaCy
 ])
 def test_cli_config_errors_are_one_line(tmp_path, args, status, message):
   """In a real `python -m` process (tests/commands/test_command_lines.py has every command and

@@ -157,8 +157,8 @@ def test_mlmjax_starts_its_runtime_unchanged_in_a_jobset_pod(monkeypatch):
       "bert-slice-0-0.bert")
 
 
-def test_the_readme_shows_what_the_generator_prints():
-  readme = open(os.path.join(REPO, "launch", "README.md"), encoding="utf-8").read()
+def test_the_tpu_guide_shows_what_the_generator_prints():
+  readme = open(os.path.join(REPO, "docs", "tpu.md"), encoding="utf-8").read()
   image, bucket = "--image=us-docker.pkg.dev/my-project/mlmjax/mlmjax:latest", "gs://my-bucket"
   common = ["--name=bert", image, f"--workdir={bucket}/runs/bert", "--config=configs/bert.py:base"]
   for args in (["xpk", "--tpu-type=v5p-128", "--cluster=my-cluster", "--project=my-project",

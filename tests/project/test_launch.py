@@ -295,9 +295,9 @@ def test_tpu_queued_from_the_environment_is_0_or_1(sandbox):
       "error: MLMJAX_TPU_QUEUED is 0 or 1, not 'yes'"), proc.stderr
 
 
-def test_the_readme_shows_what_tpu_sh_prints(sandbox):
-  """launch/README.md's example outputs are the scripts' own."""
-  with open(os.path.join(LAUNCH, "README.md"), encoding="utf-8") as f:
+def test_the_tpu_guide_shows_what_tpu_sh_prints(sandbox):
+  """docs/tpu.md's example outputs are the scripts' own."""
+  with open(os.path.join(REPO, "docs", "tpu.md"), encoding="utf-8") as f:
     readme = f.read()
   printed = _dry_run(sandbox, TPU, "train", "--name=mlm-pod", "--zone=us-central2-b",
                      "--config=configs/bert.py:base", "--workdir=gs://my-bucket/runs/bert", "--",

@@ -36,6 +36,7 @@ def _config(tokenizer_path, **train_keys):
   return config
 
 
+@pytest.mark.slow  # compiles several real programs
 def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
   settings = RunSettings.from_config(_config(tokenizer_path, fit_memory_gib=16 / 1024))
   mesh = sharding.make_mesh(settings.mesh)
@@ -73,6 +74,7 @@ def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
   assert 0.06 * fit.GiB < choice.memory_bytes < 0.1 * fit.GiB  # 86.9 MiB (module docstring)
 
 
+@pytest.mark.slow  # compiles several real programs
 def test_a_candidate_over_budget_at_its_longest_rows_compiles_no_other_shape(tokenizer_path):
   """BERT-style phases (64- then 128-token rows): the 128-token step is compiled first, and a
   candidate it puts over the budget is known not to fit without compiling the 64-token step."""
@@ -94,6 +96,7 @@ def test_a_candidate_over_budget_at_its_longest_rows_compiles_no_other_shape(tok
   assert steps == 1 and over == whole > BUDGET_GIB * fit.GiB
 
 
+@pytest.mark.slow  # compiles several real programs
 def test_the_compile_command_reports_the_fit_s_programs_without_compiling_them_again(
     tokenizer_path):
   """mlmjax.compile with train.fit='auto': the chosen candidate's train step, compiled by the
@@ -149,6 +152,7 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   assert "Resumed from checkpoint at step 2" in caplog.text
 
 
+@pytest.mark.slow  # compiles several real programs
 def test_the_compile_command_checks_every_phase_shape(tokenizer_path):
   """A run whose last phase has longer rows is compiled at each shape, not data.seq_len's
   alone (a run that fits at 64 can fail when its 128 phase starts), and a causal-LM phase as
