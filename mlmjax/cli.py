@@ -224,8 +224,9 @@ def help_text() -> str:
   own = flags.FLAGS.flags_by_module_dict().get(_main_module(), [])
   shown = {f.name: f for f in own + _config_flags() + [flags.FLAGS["verbose"]]}
   for flag in sorted(shown.values(), key=lambda f: f.name):
-    shown = not config_flag_types.is_config_flag(flag) and flag.default not in (None, "", [])
-    default = f" (default: {flag.default_as_str})" if shown else ""
+    has_default = (not config_flag_types.is_config_flag(flag)
+                   and flag.default not in (None, "", []))
+    default = f" (default: {flag.default_as_str})" if has_default else ""
     lines.append(textwrap.fill(f"--{flag.name}: {_one_line(flag.help)}{default}", width=96,
                                initial_indent="  ", subsequent_indent="      ",
                                break_long_words=False, break_on_hyphens=False))

@@ -80,8 +80,9 @@ def load(flag: str, given: str):
   try:
     inspect.signature(get_config).bind(*args)
   except TypeError:
-    raise CommandLineError(f"{where}: {path} takes no variant" if args else
-                           f"{where}: {path} needs a variant (FILE:VARIANT)") from None
+    name = given.partition(":")[0]
+    raise CommandLineError(f"{where}: {name} takes no variant" if args else
+                           f"{where}: {name} needs a variant ({name}:VARIANT)") from None
   try:
     return get_config(*args)
   except Exception as e:  # pylint: disable=broad-except  # the preset's own message

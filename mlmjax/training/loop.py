@@ -2,6 +2,7 @@
 
     for each step: [before] -> train step -> record the previous step on the host -> at the
     due steps: evaluate, checkpoint -> on a preemption notice: checkpoint and stop
+    the last step: checkpoint (written), then evaluate unless a preemption notice comes
 
 Each loop says what its steps, evaluations and checkpoints are (the hooks of `StepLoop`); the
 order of things, the two-steps-in-flight rule, preemption and the non-finite policy are here,
@@ -128,17 +129,7 @@ class StepLoop:
       if save:
         self.save(done, state)
       if final and not preempted:
-        # The last checkpoint, written, before the last evaluation (minutes on long rows): a
-        # SIGTERM during the final step or that evaluation loses nothing and waits for nothing;
-        # a rerun evaluates what is missing. Past the last step the agreed step counts these
-        # polls (every process polls at the same points); orbax's save thread asks with the
-        # saved step as it finishes, so only once it has do the asked steps only rise.
-        self.ckpt.wait()
-        polls = itertools.count(done + 1)
-        notice = lambda: self.ckpt.reached_preemption(next(polls))  # pylint: disable=cell-var-from-loop
-        preempted = notice()
-        if evaluate_now and not preempted:
-          preempted = not self.evaluate(done, state, interrupted=notice)
+        preempted = self._final_evaluation(done, state, evaluate_now)
       if preempted:
         logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
                         " the same command again to continue from there", done)
@@ -148,3 +139,21 @@ class StepLoop:
     if pending is not None:
       self.record_step(*pending)
     return state, done, False
+
+  def _final_evaluation(self, step: int, state, due: bool) -> bool:
+    """After the last step's checkpoint: waits until it is written, then evaluates if `due`,
+    unless a preemption notice comes first or meanwhile (True: the evaluation is left to the
+    rerun). So a SIGTERM during the final step or its evaluation (minutes on long rows) loses
+    nothing and waits for nothing."""
+    self.ckpt.wait()
+    # Past the last step, the agreed step counts these polls (every process polls at the same
+    # points). orbax's save thread asks with the saved step as it finishes: only once it has
+    # do the steps asked only rise, so that the agreed one (the last asked + 1) comes.
+    polls = itertools.count(step + 1)
+
+    def notice() -> bool:
+      return self.ckpt.reached_preemption(next(polls))
+
+    if notice():
+      return True
+    return due and not self.evaluate(step, state, interrupted=notice)

@@ -87,3 +87,11 @@ def test_a_preset_refusing_its_variant_is_a_command_line_error():
   with pytest.raises(errors.CommandLineError, match=r"^--config=bert:huge: unknown BERT size"
                      r" 'huge'; choose one of tiny, mini, small, medium, base, large$"):
     presets.load("config", "bert:huge")
+
+
+def test_a_file_whose_get_config_needs_a_variant_says_so(tmp_path):
+  mine = tmp_path / "mine.py"
+  mine.write_text("def get_config(size):\n  return None\n")
+  with pytest.raises(errors.CommandLineError,
+                     match=rf"^--config={mine}: {mine} needs a variant \({mine}:VARIANT\)$"):
+    presets.load("config", str(mine))

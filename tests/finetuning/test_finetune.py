@@ -257,8 +257,8 @@ def test_tokenizer_command(tmp_path):
   assert proc.stdout.splitlines() == [" ".join(tok.id_to_piece(i) for i in tok.encode([text])[0])]
   assert tok.decode(tok.encode([text])[0]) == text
   proc = _run("mlmjax.tokenizer", "encode", text)
-  assert (proc.returncode, proc.stderr.strip()) == (
-      1, "error: encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
+  assert (proc.returncode, proc.stderr.strip()) == (  # a command line it cannot run
+      2, "error: encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
 
 
 @pytest.mark.parametrize("task,hf_class", [
