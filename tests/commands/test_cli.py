@@ -1,4 +1,6 @@
-"""The command line, run as a user runs it: subprocesses from the repository root."""
+"""The command line, run as a user runs it: subprocesses from the repository root. (Training,
+resuming, evaluating and predicting as a user who installed the wheel does:
+tests/project/test_install.py.)"""
 
 import glob
 import gzip
@@ -15,40 +17,6 @@ from conftest import REPO, user_env
 def _run(*args, timeout=300):
   return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=user_env(),
                         capture_output=True, text=True, timeout=timeout)
-
-
-@pytest.mark.slow
-def test_train_resume_and_predict(tmp_path, tokenizer_path):
-  workdir = str(tmp_path / "run")
-  common = ["mlmjax.main", "--config=configs/tiny.py", f"--workdir={workdir}",
-            f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
-            "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
-            "--config.train.eval_batches=1", "--config.train.checkpoint_every_steps=4"]
-  first = _run(*common, "--config.train.steps=4")
-  assert first.returncode == 0, first.stderr[-3000:]
-  assert "Starting from scratch" in first.stderr
-  assert "step 4/4 | loss" in first.stderr
-  assert "constant_baseline_accuracy" in first.stderr and "mask_token_accuracy" in first.stderr
-  for name in ("config.json", "tokenizer.model", "metrics.jsonl", "checkpoints/4"):
-    assert os.path.exists(os.path.join(workdir, name)), name
-  assert os.listdir(os.path.join(workdir, "tensorboard"))
-  rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
-  assert [r["step"] for r in rows if "loss" in r] == [2, 4]
-  assert [r["step"] for r in rows if "eval/mlm_accuracy" in r] == [4]
-
-  second = _run(*common, "--config.train.steps=6")
-  assert second.returncode == 0, second.stderr[-3000:]
-  assert "Resumed from checkpoint at step 4" in second.stderr
-  assert "step 6/6 | loss" in second.stderr
-  assert os.path.exists(os.path.join(workdir, "checkpoints/6"))
-
-  pred = _run("mlmjax.predict", f"--workdir={workdir}", "--top_k=3",
-              "In the beginning God created the [MASK] and the earth.")
-  assert pred.returncode == 0, pred.stderr[-3000:]
-  lines = pred.stdout.splitlines()
-  assert lines[0] == f"checkpoint step 6 of {workdir}"
-  assert lines[1] == "In the beginning God created the [MASK] and the earth."
-  assert lines[2].startswith("  [MASK] 1: ") and lines[2].count("(") == 3
 
 
 @pytest.mark.parametrize("args,status,message", [

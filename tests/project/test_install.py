@@ -1,6 +1,7 @@
 """mlmjax as a wheel, not a checkout: built from the files setup.py packages, installed into a
-folder of its own, run from a folder that holds no checkout. A preset by name trains; evaluate
-and predict read the run back (its config onto the installed configs/base.py)."""
+folder of its own, run from a folder that holds no checkout. A preset by name trains and
+resumes; evaluate and predict read the run back (its config onto the installed
+configs/base.py)."""
 
 import json
 import os
@@ -56,8 +57,9 @@ def test_the_wheel_holds_the_package_and_the_presets(installed):
   assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "launch/", "docs/"))]
 
 
-def test_a_preset_by_name_trains_evaluates_and_predicts_from_the_wheel(installed, tmp_path,
-                                                                        tokenizer_path):
+def test_a_preset_by_name_trains_resumes_evaluates_and_predicts_from_the_wheel(
+    installed, tmp_path, tokenizer_path):
+  """What the README shows, from a folder with no checkout in it."""
   target, _ = installed
   elsewhere = tmp_path / "elsewhere"  # no checkout here: no configs/ beside the command
   elsewhere.mkdir()
@@ -66,20 +68,36 @@ def test_a_preset_by_name_trains_evaluates_and_predicts_from_the_wheel(installed
   assert where.stdout.split() == [str(target / "mlmjax" / "__init__.py"),
                                   str(target / "configs" / "__init__.py")], where.stderr
   run = str(tmp_path / "run")
-  train = _run(installed, elsewhere, "-m", "mlmjax.main", "--config=tiny", f"--workdir={run}",
-               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
-               "--config.train.steps=4", "--config.train.log_every_steps=2",
-               "--config.train.eval_every_steps=4", "--config.train.eval_batches=1",
-               "--config.train.checkpoint_every_steps=4")
-  assert train.returncode == 0, train.stderr[-3000:]
-  assert "step 4/4 | loss" in train.stderr
+  common = ["-m", "mlmjax.main", "--config=tiny", f"--workdir={run}",
+            f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
+            "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
+            "--config.train.eval_batches=1", "--config.train.checkpoint_every_steps=4"]
+  first = _run(installed, elsewhere, *common, "--config.train.steps=4")
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert "Starting from scratch" in first.stderr and "step 4/4 | loss" in first.stderr
+  assert "constant_baseline_accuracy" in first.stderr and "mask_token_accuracy" in first.stderr
+  for name in ("config.json", "tokenizer.model", "metrics.jsonl", "checkpoints/4"):
+    assert os.path.exists(os.path.join(run, name)), name
+  assert os.listdir(os.path.join(run, "tensorboard"))
+  rows = [json.loads(line) for line in open(os.path.join(run, "metrics.jsonl"))]
+  assert [r["step"] for r in rows if "loss" in r] == [2, 4]
+  assert [r["step"] for r in rows if "eval/mlm_accuracy" in r] == [4]
+
+  second = _run(installed, elsewhere, *common, "--config.train.steps=6")
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Resumed from checkpoint at step 4" in second.stderr and "step 6/6 | loss" in second.stderr
+  assert os.path.exists(os.path.join(run, "checkpoints/6"))
+
   evaluate = _run(installed, elsewhere, "-m", "mlmjax.evaluate", f"--workdir={run}",
                   "--batches=1")
   assert evaluate.returncode == 0, evaluate.stderr[-3000:]
   result = json.loads(evaluate.stdout)
-  assert result["step"] == 4 and 0 <= result["mlm_accuracy"] <= 1
-  predict = _run(installed, elsewhere, "-m", "mlmjax.predict", f"--workdir={run}",
+  assert result["step"] == 6 and 0 <= result["mlm_accuracy"] <= 1
+
+  predict = _run(installed, elsewhere, "-m", "mlmjax.predict", f"--workdir={run}", "--top_k=3",
                  "In the beginning God created the [MASK] and the earth.")
   assert predict.returncode == 0, predict.stderr[-3000:]
-  assert predict.stdout.splitlines()[0] == f"checkpoint step 4 of {run}"
-  assert predict.stdout.splitlines()[2].startswith("  [MASK] 1: ")
+  lines = predict.stdout.splitlines()
+  assert lines[0] == f"checkpoint step 6 of {run}"
+  assert lines[1] == "In the beginning God created the [MASK] and the earth."
+  assert lines[2].startswith("  [MASK] 1: ") and lines[2].count("(") == 3
