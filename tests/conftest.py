@@ -103,6 +103,11 @@ def make_masker(vocab_stats_for_tests):
 @pytest.fixture
 def micro_config(tokenizer_path):
   """A very small model/batch for fast unit-level training tests (8-device divisible)."""
+  return micro(tokenizer_path)
+
+
+def micro(tokenizer_path):
+  """micro_config's config, for fixtures of a wider scope."""
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.data.seq_len = 32

@@ -4,6 +4,7 @@ import errno
 import hashlib
 import logging
 import os
+import shutil
 import types
 
 from etils import epath
@@ -11,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import latest_step, saved_state
+from conftest import latest_step, micro, saved_state
 from mlmjax import errors
 from mlmjax.data import tokenizer as tok_lib
 from mlmjax.training import checkpoint
@@ -31,12 +32,21 @@ def _snapshot(workdir):
   return out
 
 
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory, tokenizer_path):
+  """A workdir holding a finished 4-step run (checkpoint 4), trained once for the module."""
+  config = micro(tokenizer_path)
+  config.train.steps = 4
+  workdir = str(tmp_path_factory.mktemp("trained") / "run")
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
 @pytest.fixture
-def trained(tmp_path, micro_config):
-  """A workdir holding a finished 4-step run (checkpoint 4), and its file snapshot."""
-  micro_config.train.steps = 4
+def trained(trained_once, tmp_path):
+  """A copy of that run for the test to try to harm, and its file snapshot."""
   workdir = str(tmp_path / "run")
-  train.train_and_evaluate(micro_config, workdir)
+  shutil.copytree(trained_once, workdir)
   return workdir, _snapshot(workdir)
 
 
