@@ -22,8 +22,10 @@ The library, imports running one way (a package never imports one above it):
                prepared data
   parallel/    the device mesh, sharding rules, the multi-host runtime, compile targets
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
-errors.py (one-line user errors) and paths.py (every file a run reads or writes, local or in
-a bucket) serve every layer and import nothing above them.
+cli.py runs every command (flags, one-line errors, --help) and presets.py resolves
+--config=NAME[:VARIANT] to configs/ (installed as the package `configs`); errors.py (one-line
+user errors) and paths.py (every file a run reads or writes, local or in a bucket) serve every
+layer and import nothing above them.
 """
 
 # Before anything imports jax: its CUDA plugin and libtpu only where they are used

@@ -71,14 +71,15 @@ def _run(argv: list[str]) -> None:
     if not _OUTPUT.value:
       raise errors.CommandLineError("train needs --output=PATH.model")
     if texts:
-      raise errors.CommandLineError(f"train takes no arguments (got {texts[0]!r}); the text comes from"
-                             " --source")
+      raise errors.CommandLineError(f"train takes no arguments (got {texts[0]!r}); the text"
+                                    " comes from --source")
     tok = train(_OUTPUT.value, _SOURCE.value, _VOCAB_SIZE.value, _MODEL_TYPE.value,
                 _MAX_SENTENCES.value, _EVAL_EVERY.value, _TEXT_FIELD.value)
     print(f"{_OUTPUT.value}: {tok.vocab_size} pieces")
     return
   if bool(_TOKENIZER.value) == bool(_WORKDIR.value):
-    raise errors.CommandLineError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
+    raise errors.CommandLineError("encode needs --tokenizer=PATH.model or --workdir=RUN (one of"
+                                  " them)")
   path = _TOKENIZER.value or workdir_lib.Workdir(_WORKDIR.value).saved_tokenizer()
   tok = tokenizer_lib.load(path)
   texts = texts or [line.rstrip("\n") for line in sys.stdin]

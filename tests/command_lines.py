@@ -15,11 +15,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LINE_TIMEOUT_S = 60  # each line: parsing, or failing early; none trains
 # Imported once by the parent: what the commands import, but no command module; mlmjax
 # first, which keeps the GPU plugin from jax where there is no GPU (parallel/plugins.py).
 _LIBRARY = ("mlmjax", "jax", "flax.nnx", "orbax.checkpoint", "grain", "mlmjax.cli",
@@ -49,7 +52,7 @@ def run(lines: list[list[str]], env: dict[str, str] | None = None,
   return [Result(**r) for r in json.loads(proc.stdout)]
 
 
-def _run_forked(argv: list[str]) -> dict:
+def _run_forked(argv: list[str], line_timeout: float) -> dict:
   """One line in a child of this process: (exit status, stdout, stderr)."""
   with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
     pid = os.fork()
@@ -70,7 +73,15 @@ def _run_forked(argv: list[str]) -> dict:
       sys.stdout.flush()
       sys.stderr.flush()
       os._exit(code)  # pylint: disable=protected-access
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + line_timeout
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+      if time.monotonic() > deadline:  # a line that runs on (a check that let it through)
+        os.kill(pid, signal.SIGKILL)
+        done = os.waitpid(pid, 0)
+        err.write(f"\ntimed out after {line_timeout:g} s".encode())
+        break
+      time.sleep(0.01)
+    status = done[1]
     out.seek(0)
     err.seek(0)
     return {"argv": argv, "returncode": os.waitstatus_to_exitcode(status),
@@ -83,7 +94,7 @@ def _main() -> None:
   lines = json.loads(sys.stdin.read())
   for name in _LIBRARY:
     importlib.import_module(name)
-  results = [_run_forked(argv) for argv in lines]
+  results = [_run_forked(argv, LINE_TIMEOUT_S) for argv in lines]
   sys.stdout.write(json.dumps(results))
 
 

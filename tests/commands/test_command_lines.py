@@ -13,16 +13,16 @@ import pytest
 import command_lines
 from conftest import REPO, user_env
 
-W = "/nonexistent/run"
+W = "/dev/null/run"  # nothing can be made there, whatever a line does
 # Each command with the flags and arguments it needs, all present.
 VALID = {
     "main": ["--config=tiny", f"--workdir={W}"],
     "predict": [f"--workdir={W}", "In the beginning [MASK] created"],
     "evaluate": [f"--workdir={W}"],
-    "export": [f"--workdir={W}", "--out=/nonexistent/hf"],
+    "export": [f"--workdir={W}", "--out=/dev/null/hf"],
     "finetune": [f"--workdir={W}", "--task=kjv_qa"],
-    "embed": [f"--model={W}", "--input=/nonexistent/in.txt", "--output=/nonexistent/out.npy"],
-    "prepare": ["--source=builtin", "--out=/nonexistent/prepared"],
+    "embed": [f"--model={W}", "--input=/dev/null/in.txt", "--output=/dev/null/out.npy"],
+    "prepare": ["--source=builtin", "--out=/dev/null/prepared"],
     "plot": [f"--workdir={W}"],
     "tokenizer": ["encode", f"--workdir={W}"],
     "bench": ["--config=tiny"],
@@ -116,7 +116,7 @@ def _lines():
        "error: --mask_rate=abc: could not convert string to float: 'abc'"),
       ("embed-bound", ["mlmjax.embed", *VALID["embed"], "--batch_size=0"], 2,
        "error: --batch_size=0: 0 is not a positive integer"),
-      ("tokenizer-enum", ["mlmjax.tokenizer", "train", "--output=/nonexistent/t.model",
+      ("tokenizer-enum", ["mlmjax.tokenizer", "train", "--output=/dev/null/t.model",
                           "--model_type=wordpiece"], 2,
        "error: --model_type=wordpiece: must be one of unigram, bpe"),
       ("tokenizer-action", ["mlmjax.tokenizer", "frobnicate"], 2,

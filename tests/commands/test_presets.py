@@ -75,7 +75,7 @@ def test_an_override_the_phases_would_ignore_is_refused(phases, overrides, refus
 
 def test_phases_given_with_the_length_apply_on_the_command_line():
   """The refused override's two ways out, as the message gives them, both parse."""
-  lines = [["mlmjax.main", "--config=bert:tiny", "--workdir=/nonexistent/run", *more,
+  lines = [["mlmjax.main", "--config=bert:tiny", "--workdir=/dev/null/run", *more,
             "--only_check_args"] for more in (
                 ["--config.data.seq_len=1024", "--config.train.phases=((1.0, 1024, 154),)"],
                 ["--config.data.seq_len=256", "--config.train.phases=()"])]
