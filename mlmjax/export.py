@@ -68,7 +68,7 @@ def _verify(check) -> None:
   if not _VERIFY.value:
     return
   if importlib.util.find_spec("torch") is None:
-    print("not verified: torch is not installed (pip install -e '.[hf]')")
+    print("not verified: torch is not installed (pip install torch; the CPU build is enough)")
   else:
     print(f"verified with transformers: {check()}")
 

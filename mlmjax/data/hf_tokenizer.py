@@ -225,8 +225,17 @@ def from_sentencepiece(tok, model_max_length: int) -> dict[str, str]:
     backend = _Converter(_ModelFile(model_file)).converted()
   fast = transformers.PreTrainedTokenizerFast(
       tokenizer_object=backend, model_max_length=model_max_length,
+      # BERT's inputs, token types included (the NSP head reads them): transformers 5's
+      # generic fast tokenizer returns only input_ids and attention_mask unless told
+      model_input_names=["input_ids", "token_type_ids", "attention_mask"],
       **{f"{role}_token": tok.id_to_piece(i) for i, role in enumerate(ROLES)})
-  return _saved_files(fast)
+  files = _saved_files(fast)
+  # The class name transformers 4 and 5 both read: 5 saves its own (TokenizersBackend), which
+  # 4.57 does not know.
+  config = json.loads(files["tokenizer_config.json"])
+  config["tokenizer_class"] = "PreTrainedTokenizerFast"
+  files["tokenizer_config.json"] = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+  return files
 
 
 class _ModelFile:

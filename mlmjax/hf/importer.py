@@ -99,8 +99,8 @@ def read_weights(folder: str) -> dict[str, np.ndarray]:
     try:
       import torch  # pylint: disable=g-import-not-at-top
     except ImportError:
-      raise CheckpointReadError(f"{folder} holds pytorch_model.bin: install torch (the [hf]"
-                                " extra) to read it") from None
+      raise CheckpointReadError(f"{folder} holds pytorch_model.bin: install torch to read"
+                                " it") from None
     loaded = torch.load(os.path.join(folder, "pytorch_model.bin"), map_location="cpu",
                         weights_only=True)
     state = {k: v.float().numpy() for k, v in loaded.items()}

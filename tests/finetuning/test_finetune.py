@@ -261,6 +261,7 @@ def test_tokenizer_command(tmp_path):
       2, "error: encode needs --tokenizer=PATH.model or --workdir=RUN (one of them)")
 
 
+@pytest.mark.torch  # heads.verify loads the export
 @pytest.mark.parametrize("task,hf_class", [
     ("kjv_entities", "RoFormerForTokenClassification"),
     ("kjv_qa", "RoFormerForQuestionAnswering"),

@@ -7,7 +7,6 @@ import jax
 import ml_collections
 import numpy as np
 import pytest
-import torch
 import transformers
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
@@ -43,6 +42,7 @@ def _hf_model(model_type: str):
   """A tiny random transformers model whose every weight is perturbed (transformers starts
   LayerNorms at 1/0 and biases at 0, which would hide a mapping error), including token type
   row 0, which mlmjax has to fold away."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   torch.manual_seed(0)
   common = dict(vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                 intermediate_size=32, hidden_act="gelu")
@@ -63,8 +63,10 @@ def _hf_model(model_type: str):
   return model.eval()
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("model_type", ["bert", "roberta", "roformer"])
 def test_imported_checkpoint_computes_what_transformers_computes(model_type):
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   hf = _hf_model(model_type)
   nsp = model_type == "bert"
   arch, settings = hf_convert.model_settings(hf.config.to_dict(), pair_format=nsp)
@@ -97,10 +99,12 @@ def test_imported_checkpoint_computes_what_transformers_computes(model_type):
                                atol=1e-4)
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("model_type", ["bert", "roformer"])
 def test_export_then_import_gives_back_the_same_parameters(model_type):
   """to_hf and from_hf are inverses (type row 0 is zero in mlmjax), vocabulary permutation
   and rotary column layout included; and transformers loads every exported tensor."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   rope = model_type == "roformer"
   cfg = _model_cfg(dict(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32,
                         max_position_embeddings=T, type_vocab_size=2,
@@ -171,9 +175,11 @@ def test_models_mlmjax_cannot_compute_exactly_are_refused(change, message):
     hf_convert.model_settings(config, pair_format=False)
 
 
+@pytest.mark.torch
 def test_weights_are_read_from_every_layout_transformers_writes(tmp_path):
   """model.safetensors, sharded safetensors with an index, pytorch_model.bin; old TF names
   (gamma/beta) and a bare encoder's unprefixed names read as transformers reads them."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   state = {"embeddings.LayerNorm.gamma": np.ones(4, np.float32),
            "embeddings.LayerNorm.beta": np.zeros(4, np.float32),
            "cls.predictions.bias": np.arange(3, dtype=np.float32)}

@@ -9,7 +9,6 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 import transformers
 
 from configs import tiny
@@ -24,7 +23,8 @@ from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training.settings import RunSettings
 
-pytestmark = pytest.mark.slow  # pretrained runs, the export command, transformers loading them
+# pretrained runs, the export command, transformers (torch) loading them
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 transformers.logging.set_verbosity_error()
 
@@ -99,6 +99,7 @@ def bert_export(bert_run, tmp_path_factory):
 
 def _hf_batch(batch: dict, to_hf: np.ndarray, model_type: str) -> dict:
   """An mlmjax batch of single-sequence rows as transformers' inputs (HF ids)."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   assert batch["segment_ids"].max() == 1  # no packing: a 2-D attention mask says it all
   out = {"input_ids": torch.from_numpy(to_hf[batch["input_ids"]]),
          "attention_mask": torch.from_numpy((batch["segment_ids"] > 0).astype(np.int64)),
@@ -113,6 +114,7 @@ def _hf_batch(batch: dict, to_hf: np.ndarray, model_type: str) -> dict:
 def _hf_losses(folder: str, batch: dict, to_hf: np.ndarray) -> dict[str, float]:
   """The mean MLM (and NSP) cross-entropy of the transformers model in `folder` on `batch`,
   as mlmjax defines them (weighted mean over the masked slots, mean over rows)."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   config = transformers.AutoConfig.from_pretrained(folder)
   nsp = config.architectures == ["BertForPreTraining"]
   cls = transformers.BertForPreTraining if nsp else transformers.AutoModelForMaskedLM
@@ -151,6 +153,7 @@ def _metrics(workdir: str) -> list[dict]:
 def test_transformers_computes_the_same_logits_as_mlmjax(which, tiny_run, tiny_export,
                                                          bert_run, bert_export):
   """A padded batch of texts through AutoModelForMaskedLM and through mlmjax, in float32."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   workdir, out = (tiny_run, tiny_export) if which == "tiny" else (bert_run, bert_export)
   run = finished_run.load(workdir)
   config = json.load(open(os.path.join(out, "config.json")))
@@ -197,6 +200,11 @@ def test_exported_tokenizer_gives_mlmjax_ids(tiny_run, tiny_export, corpus):
   # Special tokens: [CLS] text [SEP] with [MASK] in the text, as fill-mask and predict read it.
   for text in (MASKED_TEXT, "[MASK], said the [MASK]!", "3 [MASK] 4"):
     assert tok(text)["input_ids"] == predictor.encode(text)
+  # BERT's inputs with token types, under a class name transformers 4.57 and 5 both know
+  config = json.load(open(os.path.join(tiny_export, "tokenizer_config.json")))
+  assert config["tokenizer_class"] == "PreTrainedTokenizerFast"
+  pair, first = tok("And God said,", "Let there be light."), tok("And God said,")["input_ids"]
+  assert pair["token_type_ids"] == [0] * len(first) + [1] * (len(pair["input_ids"]) - len(first))
 
 
 @pytest.mark.parametrize("which", ["tiny", "bert"])
@@ -281,6 +289,7 @@ def _local_bpe_roberta(folder: str, corpus) -> list[str]:
 
 def _save_with_type_row_zero(model, folder: str) -> None:
   """Saves random weights whose token type row 0 is far from zero: mlmjax must fold it."""
+  import torch  # pylint: disable=g-import-not-at-top (the `torch` marker)
   torch.manual_seed(0)
   with torch.no_grad():
     model.base_model.embeddings.token_type_embeddings.weight.normal_(0.0, 0.5)

@@ -23,7 +23,6 @@ from mlmjax.hf import heads
 from mlmjax.parallel import sharding
 from mlmjax.training.settings import RunSettings
 
-pytest.importorskip("torch")  # the [hf] extra; installed with [test]
 
 LABELS = {"classification": ["no", "yes", "maybe"], "token_classification": ["O", "B-X", "I-X"]}
 
@@ -49,6 +48,7 @@ def _model(kind_name: str, tokenizer_path: str, format_: str, pooling: str = "au
                                  setup.init_fn()["params"], setup)
 
 
+@pytest.mark.torch  # heads.verify loads the export
 @pytest.mark.parametrize("kind,format_,hf_class", [
     ("classification", "segment_pair", "BertForSequenceClassification"),  # NSP's pooler
     ("regression", "full_sentences", "BertForSequenceClassification"),  # a new pooler

@@ -192,7 +192,7 @@ def _dockerignore():
 
 def test_dockerfile_installs_mlmjax_with_tpu_and_gcs_from_copied_files():
   steps = _instructions(DOCKERFILE)
-  assert steps[0] == ("FROM", "python:3.11-slim")
+  assert steps[0] == ("FROM", "python:3.12-slim")
   copies = [shlex.split(args) for word, args in steps if word == "COPY"]
   # Every file it copies is in the build context (the repository root) and not ignored.
   sources = [src for words in copies for src in words[:-1]]

@@ -87,7 +87,7 @@ def test_worker_train_stop_logs(worker_env, tmp_path):
   _worker(worker_env, "stop")
 
 
-def test_worker_setup_uses_uv_for_python_3_11(worker_env, tmp_path):
+def test_worker_setup_uses_uv_for_python_3_12(worker_env, tmp_path):
   calls = tmp_path / "uv.log"
   (tmp_path / ".local" / "bin").mkdir(parents=True)
   _write_exe(tmp_path / ".local" / "bin" / "uv", f'#!/bin/bash\necho "uv $*" >> "{calls}"\n')
@@ -95,7 +95,7 @@ def test_worker_setup_uses_uv_for_python_3_11(worker_env, tmp_path):
   assert proc.returncode == 0, proc.stderr
   venv = worker_env["MLMJAX_VENV"]
   assert calls.read_text().splitlines() == [
-      f"uv venv --quiet --allow-existing --python=3.11 {venv}",
+      f"uv venv --quiet --allow-existing --python=3.12 {venv}",
       f"uv pip install --quiet --python={venv}/bin/python --editable={REPO}[tpu,gcs]"]
   # Then the venv's python checks the install (here the fake, which ignores it).
   assert proc.stdout == "fake python -c\n"
@@ -108,7 +108,7 @@ def test_worker_setup_dry_run_installs_tpu_and_gcs_extras(worker_env, tmp_path):
   venv, uv = worker_env["MLMJAX_VENV"], f"{tmp_path}/.local/bin/uv"
   expected = [
       "+ sh -c 'curl -LsSf https://astral.sh/uv/install.sh | sh'",  # no uv yet
-      f"+ {uv} venv --quiet --allow-existing --python=3.11 {venv}",
+      f"+ {uv} venv --quiet --allow-existing --python=3.12 {venv}",
       f"+ {uv} pip install --quiet --python={venv}/bin/python --editable='{REPO}[tpu,gcs]'",
       f"+ {venv}/bin/python -c 'import jax, mlmjax; print(\"mlmjax ready: jax\", jax.__version__)'"]
   for args in (["setup", "--dry-run"], ["--dry-run", "setup"]):

@@ -71,6 +71,7 @@ def _saved_form(settings) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.torch  # exporter.verify loads the export
 def test_a_run_saved_by_an_earlier_mlmjax_evaluates_predicts_exports_finetunes_resumes(
     micro_config, tmp_path, caplog):
   micro_config.train.steps = 4
