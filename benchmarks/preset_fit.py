@@ -16,7 +16,7 @@ The mesh follows the slice: data parallel on one host (8 chips or fewer), FSDP o
 a larger slice (config.mesh.shape = (1, -1, 1)), as docs/scaling.md advises. On 8 x H100 the
 attention is what `model.attention_impl='auto'` runs there, cuDNN's flash attention (the einsum
 attention for a preset with attention dropout, which no fused kernel takes): compiling it needs
-cuDNN's library (`pip install nvidia-cudnn-cu12`, which `jax[cuda12]` brings on a GPU machine).
+cuDNN's library (`pip install nvidia-cudnn-cu12`, which the `[gpu-cuda12]` extra brings on a GPU machine).
 A row this machine lacks a package for (cuDNN, libtpu, jax's CUDA plugin) stops the script with
 one line saying what to install; it is not recorded.
 Every phase shape of a preset is compiled (BERT's 128 and 512 phases: two lines of one row).

@@ -9,7 +9,7 @@ usage() {
 usage: launch/slurm.sh --workdir=DIR [options] [-- MLMJAX_FLAGS...]
 
 Submits launch/slurm_gpu.sbatch: one mlmjax process per GPU on every node (srun), run from
-this repository's root in the current environment (which needs mlmjax and jax[cuda12]).
+this repository's root in the current environment (which needs mlmjax with its [gpu] extra).
 
 options (flag, or the environment variable in brackets):
   --workdir=DIR           run directory on a filesystem every node sees (MLMJAX_WORKDIR), required

@@ -116,9 +116,9 @@ def test_worker_setup_dry_run_installs_tpu_and_gcs_extras(worker_env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == expected
   assert not (tmp_path / ".local").exists()
-  # MLMJAX_EXTRAS picks other extras (a GPU machine: gcs only, jax[cuda12] by hand).
-  proc = _worker({**worker_env, "MLMJAX_EXTRAS": "gcs"}, "setup", "--dry-run")
-  assert f"--editable='{REPO}[gcs]'" in proc.stdout.splitlines()[2]
+  # MLMJAX_EXTRAS picks other extras (a GPU machine: gpu,gcs).
+  proc = _worker({**worker_env, "MLMJAX_EXTRAS": "gpu,gcs"}, "setup", "--dry-run")
+  assert f"--editable='{REPO}[gpu,gcs]'" in proc.stdout.splitlines()[2]
 
 
 def test_worker_dry_run_starts_and_stops_nothing(worker_env, tmp_path):
