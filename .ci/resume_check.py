@@ -12,10 +12,14 @@ import subprocess
 import sys
 import tempfile
 
-from mlmjax.training import finished_run  # first: `import mlmjax` sets up jax's plugins
+from mlmjax.parallel import plugins  # first, before anything imports jax (mlmjax/cli.py)
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
 
-import jax  # pylint: disable=g-bad-import-order
+import jax
 import numpy as np
+
+from mlmjax.training import finished_run
 
 STEPS, STOP = 8, 4
 COMMON = ["--config=tiny", "--config.model.num_layers=1", "--config.train.log_every_steps=1",

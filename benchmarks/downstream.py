@@ -23,6 +23,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Before anything imports jax, as each command does first (mlmjax/cli.py): jax's unused
+# plugins hidden (mlmjax/parallel/plugins.py).
+from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
+plugins.hide()
+
 from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong-import-position
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position

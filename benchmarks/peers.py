@@ -55,9 +55,8 @@ def run_mlmjax(size, steps, dropout):
   import jax  # pylint: disable=g-import-not-at-top
   from configs import bert  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import sharding  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import train_state  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import steps as steps_lib  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  from mlmjax.training import assembly  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = SIZES[size]
   config = bert.get_config("base")
   config.data.format = "full_sentences"
@@ -69,8 +68,9 @@ def run_mlmjax(size, steps, dropout):
   config.mesh.shape = (1, 1, 1)
   settings = RunSettings.from_config(config)
   mesh = sharding.make_mesh(settings.mesh, jax.devices()[:1])
-  setup = train_state.make_setup(settings, VOCAB, mesh)
-  train_step = steps_lib.make_pretrain_step(setup, settings)
+  run = assembly.Assembly.of(settings)
+  setup = run.setup(VOCAB, mesh)
+  train_step = run.train_step(setup)
   ids, positions, targets = _batch(s["batch"])
   batch = sharding.to_device({
       "input_ids": ids, "segment_ids": np.ones_like(ids),

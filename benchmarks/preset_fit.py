@@ -37,6 +37,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Before anything imports jax, as each command does first (mlmjax/cli.py): jax's unused
+# plugins hidden (mlmjax/parallel/plugins.py).
+from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
+plugins.hide()
+
 from mlmjax.errors import MissingDependencyError  # pylint: disable=wrong-import-position
 from mlmjax.errors import UserError  # pylint: disable=wrong-import-position
 from mlmjax.parallel import targets as targets_lib  # pylint: disable=wrong-import-position

@@ -31,6 +31,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
+# Before anything imports jax, as each command does first (mlmjax/cli.py): jax's unused
+# plugins hidden (mlmjax/parallel/plugins.py).
+from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
+plugins.hide()
+
 import downstream  # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -25,7 +25,8 @@ def get_config() -> ml_collections.ConfigDict:
   # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
   # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
   # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
-  # brings its tokenizer and held-out split). See mlmjax/data/sources.py and prepared.py.
+  # brings its tokenizer and held-out split). See mlmjax/data/corpora/sources.py and
+  # mlmjax/data/prepared/reader.py.
   config.data.source = "builtin"
   # A weighted mixture instead of data.source: 'WEIGHT:SOURCE; WEIGHT:SOURCE; ...', each SOURCE
   # anything data.source takes (all raw text, or all prepared with one tokenizer), e.g.
@@ -53,7 +54,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_shards = 0
   # Tokens per packed row, including [CLS]/[SEP] of every packed sequence.
   config.data.seq_len = 128
-  # How documents become rows (RoBERTa's taxonomy; see mlmjax/data/formats.py):
+  # How documents become rows (RoBERTa's taxonomy; see mlmjax/data/rows/formats.py):
   # 'full_sentences' (packed, document-masked), 'doc_sentences' (one document per row),
   # 'segment_pair' (BERT, + NSP head), 'sentence_pair' (+ NSP head), 'sop' (ALBERT's
   # sentence-order prediction head).
@@ -75,7 +76,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Prepared data brings its own tokenizer; a path here must name that same tokenizer.
   # A user model must have [PAD]=0 [UNK]=1 and control symbols [CLS]=2 [SEP]=3 [MASK]=4.
   # A folder of Hugging Face tokenizer files (WordPiece, BPE, ...; needs the [hf] extra) works
-  # too: its special tokens are mapped onto those ids (see mlmjax/data/hf_tokenizer.py).
+  # too: its special tokens are mapped onto those ids (see mlmjax/data/text/hf_tokenizer.py).
   config.tokenizer.path = ""
   # Size and type of a tokenizer trained by mlmjax ('unigram' or 'bpe').
   config.tokenizer.vocab_size = 8000
@@ -115,7 +116,7 @@ def get_config() -> ml_collections.ConfigDict:
   # entity: also treat runs of >= 2 capitalised words not at a sentence start as entities.
   config.masking.entity_heuristic = True
   # entity: also take the entities spaCy's recogniser finds (masking.nlp_pipeline), of these
-  # labels ('' = all; e.g. 'PERSON,GPE,ORG,DATE'; mlmjax/data/annotation.py lists them).
+  # labels ('' = all; e.g. 'PERSON,GPE,ORG,DATE'; mlmjax/data/text/annotation.py lists them).
   config.masking.entity_ner = False
   config.masking.entity_labels = ""
   # The spaCy pipeline (a package or a folder) that annotates words for 'syntax' and for

@@ -99,6 +99,9 @@ sys.path.insert(0, REPO_DIR)"""),
 mlmjax shards the batch over every device it sees (data parallel by default): 1 TPU chip on
 Colab's v5e-1 and v6e-1 runtimes, 1 CPU device otherwise."""),
     ("code", "devices", """\
+from mlmjax.parallel import plugins
+
+plugins.hide()  # before jax's first import: its CUDA plugin and libtpu only where used
 import jax
 
 print(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.device_count()} devices:")

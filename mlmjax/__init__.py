@@ -14,22 +14,25 @@ Commands (`python -m mlmjax.NAME`), each a thin module of flags and one call:
   compile      compile the steps for a TPU slice or GPU node from any machine: memory, FLOPs,
                collectives, kernel
 
-The library, imports running one way (a package never imports one above it):
+The library, imports running one way (a package never imports one above it; each package's
+docstring names its modules and, on its `Imports` line, what it may import:
+tests/project/test_layering.py holds every module to it):
   finetuning/  tasks of every kind, their heads and metrics, the fine-tuning run
-  training/    the pretraining run, the shared loop and steps, optimizer, checkpoints, run folder
+  training/    the pretraining run assembled from its settings, the jitted steps, the shared
+               loop, optimizer, checkpoints, run folder
   hf/          Hugging Face conversion rules, export, import
-  data/        sources, tokenizers, formats and packing, masking/, the grain pipeline,
-               prepared data
+  data/        the input by stage: corpora/, text/ (to ids), rows/, prepared/, masking/, and
+               the grain stream over them
   parallel/    the device mesh, sharding rules, the multi-host runtime, compile targets
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
 cli.py runs every command (flags, one-line errors, --help) and presets.py resolves
 --config=NAME[:VARIANT] to configs/ (installed as the package `configs`); errors.py (one-line
-user errors) and paths.py (every file a run reads or writes, local or in a bucket) serve every
-layer and import nothing above them.
+user errors), paths.py (every file a run reads or writes, local or in a bucket) and
+typed_settings.py (a config section as frozen typed settings) serve every layer and import
+nothing above them.
+
+Importing mlmjax (or any of its library modules) changes nothing outside it: jax's CUDA plugin
+and libtpu are hidden where they are not used (parallel/plugins.py) by whatever starts the
+program, before it imports jax: each command at the top of its module (cli.py says why),
+tests/conftest.py, the scripts of .ci/ and benchmarks/, the notebook.
 """
-
-# Before anything imports jax: its CUDA plugin and libtpu only where they are used
-# (parallel/plugins.py says why).
-from mlmjax.parallel import plugins as _plugins  # pylint: disable=g-import-not-at-top
-
-_plugins.hide()

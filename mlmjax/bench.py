@@ -13,6 +13,10 @@ pipeline is not in its numbers.
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 
 from absl import flags

@@ -18,6 +18,20 @@ and so behaves like every other:
   --verbose            tracebacks instead of one-line errors
 A --config flag of a file (config_flags.DEFINE_config_file) also takes a preset's name
 (presets.py).
+
+Each command module also starts, before its other imports, with
+
+    from mlmjax.parallel import plugins
+    plugins.hide()
+
+which hides jax's CUDA plugin and libtpu where they are not used (parallel/plugins.py). That
+must happen before jax's first import, which prints CUDA's notice when the plugin is there, and
+a command imports the library, so jax, at its top, before it calls `run`. Nothing of mlmjax runs
+earlier but the package's __init__, which must not do it (importing mlmjax changes nothing
+outside it), so these two lines in each command module are the least there can be: a module
+imported for its effect would be an import side effect again, and a launcher of its own would
+change `python -m mlmjax.NAME`. `run` calls it too, for a command that imports jax only later
+(compile: its target first); once jax is imported it does nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +50,7 @@ from ml_collections.config_flags import config_flags as config_flag_types
 
 from mlmjax import errors
 from mlmjax import presets
+from mlmjax.parallel import plugins
 
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line errors.")
 _HELP = ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?")
@@ -45,6 +60,7 @@ _HELPFULL = ("--helpfull", "-helpfull")
 def run(main, required: tuple[str, ...] = (), arguments: bool = False) -> None:
   """absl's app.run of `main` with the command-line conventions above; `required` names the
   flags that must be given; `arguments`: whether it takes arguments besides flags."""
+  plugins.hide()  # for a command that has not imported jax yet (the module docstring)
   app.run(functools.partial(_run_main, main),
           flags_parser=functools.partial(parse, required=required, arguments=arguments))
 

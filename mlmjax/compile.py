@@ -12,6 +12,10 @@ A step that does not fit ends the command with one `error:` line (chip, memory, 
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 
 from absl import flags

@@ -12,6 +12,10 @@ fine-tuning run of kind `embedding` (`--task=kjv_retrieval`, or your pairs with
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import io
 import time
 

@@ -14,19 +14,18 @@ for pair formats, the NSP/SOP loss and accuracy.
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 
 from absl import flags
-from absl import logging
 
 from mlmjax import cli
-from mlmjax import errors
 from mlmjax.data import run_input as input_lib
-from mlmjax.parallel import sharding
-from mlmjax.training import config_check
 from mlmjax.training import finished_run
 from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import phases as phases_lib
 from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
@@ -45,23 +44,13 @@ _STRATEGY = flags.DEFINE_string("strategy", None, "Masking strategy to score wit
                                 " compare.")
 
 
-def _mesh(settings):
-  """The run's mesh shape on this machine's devices if it fits, else one device."""
-  try:
-    config_check.check_mesh(settings)
-    return sharding.make_mesh(settings.mesh)
-  except errors.ConfigError as e:
-    logging.info("%s: evaluating on one device", e)
-    return None
-
-
 def evaluate(path: str, source: str = "", step: int | None = None,
              mask_rate: float | None = None, batches: int | None = None,
              strategy: str | None = None) -> dict:
   """The metrics of checkpoint `step` (default: the latest) of the run in `path`, masked at
   `mask_rate` with `strategy` (default: the run's own)."""
   run_dir = workdir_lib.Workdir(path)
-  run = finished_run.load(path, step, _mesh(run_dir.load_config()))
+  run = finished_run.load(path, step, mesh="run")
   settings = run.settings
   if mask_rate is not None:
     settings = settings.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
@@ -75,7 +64,7 @@ def evaluate(path: str, source: str = "", step: int | None = None,
       settings.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
       source)
   out = train.heldout_metrics(steps.make_eval_step(run.setup), run.state["params"], run_input,
-                              phases_lib.plan(settings)[-1], run.setup.mesh)
+                              run.plan.phases[-1], run.setup.mesh)
   return {"workdir": path, "step": run.step, "source": source or settings.data.source,
           "documents": len(run_input.eval_source), "mask_rate": settings.eval.mask_rate,
           "strategy": settings.masking.strategy,

@@ -19,6 +19,10 @@ hf/heads.py), verified the same way on a sample of the task's kind.
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import importlib.util
 
 from absl import flags

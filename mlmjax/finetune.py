@@ -18,6 +18,10 @@ mlmjax/finetuning/tasks.py; config keys: mlmjax/finetuning/config.py.
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 
 from absl import flags

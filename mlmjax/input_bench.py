@@ -15,6 +15,10 @@ The measuring itself is in training/benchmark.py (the benchmark command uses it 
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 
 from absl import flags
@@ -30,9 +34,9 @@ _RAW_TOO = flags.DEFINE_bool("raw_too", False, "With prepared data, also measure
 
 def main(argv):
   del argv
-  settings = config_check.checked(_CONFIG.value)
-  raw = benchmark.raw_text_settings(settings) if _RAW_TOO.value else None
-  for s in [settings] + ([raw] if raw is not None else []):
+  parts = config_check.checked(_CONFIG.value)
+  raw = benchmark.raw_text(parts) if _RAW_TOO.value else None
+  for s in [parts] + ([raw] if raw is not None else []):
     print(json.dumps(benchmark.input_throughput(s, _SECONDS.value)), flush=True)
 
 

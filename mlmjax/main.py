@@ -10,6 +10,10 @@ command again continues from the last checkpoint; a larger --config.train.steps 
 Deliberately thin: notebooks and tests call training/train.py's train_and_evaluate directly.
 """
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 from absl import flags
 from absl import logging
 import jax

@@ -9,6 +9,10 @@ tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs'
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 
 from absl import flags
 

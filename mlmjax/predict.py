@@ -8,6 +8,10 @@ are printed per mask.
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 
 from absl import flags
 import jax

@@ -1,4 +1,4 @@
-"""Tokenizes a corpus once into prepared data (mlmjax/data/prepared.py) that training reads fast.
+"""Tokenizes a corpus once into prepared data (mlmjax/data/prepared/) that training reads fast.
 
   python -m mlmjax.prepare --source='corpus/*.txt' --out=data/corpus [--config=tiny]
       [--num_files=64] [--workers=N] [--num_hosts=H --host_index=h]
@@ -14,12 +14,16 @@ the folder gives exactly the batches the text gives.
 Killed and run again with the same command, it resumes (the result is byte-identical); with
 `--num_hosts=H --host_index=h` every host runs the same command on its part, host 0 first
 making the tokenizer (the others wait for it, at most `--host_wait_minutes`). How:
-mlmjax/data/preparation.py. With `--runner=beam` the same work is an Apache Beam pipeline
+mlmjax/data/prepared/writer.py. With `--runner=beam` the same work is an Apache Beam pipeline
 (Dataflow, Flink, Spark; pip install -e '.[beam]') whose output is byte-identical:
-mlmjax/data/preparation_beam.py.
+mlmjax/data/prepared/beam.py.
 """
 
 from __future__ import annotations
+
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
 
 import os
 
@@ -27,8 +31,9 @@ from absl import flags
 
 from mlmjax import cli
 from mlmjax import errors
-from mlmjax.data import preparation
-from mlmjax.training.settings import RunSettings
+from mlmjax.data import run_input
+from mlmjax.data.prepared import writer
+from mlmjax.training.run_settings import RunSettings
 
 _CONFIG = cli.define_config_file(
     "config", "base", "The config you will train with (its tokenizer, split and"
@@ -43,7 +48,7 @@ _WORKERS = flags.DEFINE_integer("workers", os.cpu_count() or 1,
 _NUM_HOSTS = flags.DEFINE_integer("num_hosts", 1, "Machines preparing the same --out together.")
 _HOST_INDEX = flags.DEFINE_integer("host_index", 0, "This machine's index among --num_hosts.")
 _HOST_WAIT = flags.DEFINE_float(
-    "host_wait_minutes", preparation.HOST_WAIT_S / 60, "How long a host other than 0 waits"
+    "host_wait_minutes", writer.HOST_WAIT_S / 60, "How long a host other than 0 waits"
     " for host 0's tokenizer before it stops with an error.")
 _RUNNER = flags.DEFINE_enum(
     "runner", "local", ["local", "beam"], "local: --workers processes on this machine (and"
@@ -57,28 +62,28 @@ _BEAM_OPTIONS = flags.DEFINE_string(
 
 
 def _beam():
-  """preparation_beam, imported only when asked for: the local path needs no Beam."""
+  """data/prepared/beam.py, imported only when asked for: the local path needs no Beam."""
   try:
-    from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+    from mlmjax.data.prepared import beam  # pylint: disable=g-import-not-at-top
   except ModuleNotFoundError as e:
     if e.name != "apache_beam":
       raise
     raise errors.UserError("--runner=beam needs Apache Beam: pip install -e '.[beam]'") from None
-  return preparation_beam
+  return beam
 
 
 def main(argv):
   del argv
   settings = RunSettings.from_config(_CONFIG.value)
-  plan = preparation.Plan.of(settings.data, settings.tokenizer, settings.masking, _SOURCE.value,
-                             _NUM_FILES.value)
+  plan = run_input.preparation_plan(settings.data, settings.tokenizer, settings.masking,
+                                    _SOURCE.value, _NUM_FILES.value)
   if _RUNNER.value == "beam":
     if _NUM_HOSTS.value != 1:
       raise errors.CommandLineError("--num_hosts is for --runner=local; with Beam the runner"
                                     " spreads the work")
     _beam().prepare(plan, _OUT.value, _BEAM_OPTIONS.value)
   else:
-    preparation.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
+    writer.prepare(plan, _OUT.value, _WORKERS.value, _NUM_HOSTS.value, _HOST_INDEX.value,
                         _HOST_WAIT.value * 60)
 
 

@@ -16,6 +16,10 @@ come from).
 
 from __future__ import annotations
 
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
+
 import json
 import tempfile
 
@@ -34,9 +38,9 @@ _JSON = flags.DEFINE_bool("json", False, "JSON lines instead of text.")
 
 def main(argv):
   del argv
-  settings = config_check.checked(_CONFIG.value)
+  parts = config_check.checked(_CONFIG.value)
   with tempfile.TemporaryDirectory() as tmp:
-    rows, summary = masks_preview.show(settings, _WORKDIR.value or tmp, _ROWS.value)
+    rows, summary = masks_preview.show(parts, _WORKDIR.value or tmp, _ROWS.value)
   if _JSON.value:
     for line in rows + [summary]:
       print(json.dumps(line))

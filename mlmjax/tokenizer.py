@@ -9,10 +9,14 @@
 globs, tfds:NAME) and trains on its training split, as a run does: with the same settings the
 model equals the one a run would train, and `--config.tokenizer.path=tok.model` uses it.
 `encode` prints one line per text: its ids, or with --pieces its pieces. The library is
-mlmjax/data/tokenizer.py.
+mlmjax/data/text/tokenizer.py.
 """
 
 from __future__ import annotations
+
+from mlmjax.parallel import plugins  # first, before anything imports jax: cli.py says why
+plugins.hide()
+# pylint: disable=wrong-import-position,wrong-import-order
 
 import sys
 
@@ -21,8 +25,8 @@ from absl import logging
 
 from mlmjax import cli
 from mlmjax import errors
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.corpora import sources
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.training import workdir as workdir_lib
 
 _OUTPUT = flags.DEFINE_string("output", None, "train: where to write the model.")

@@ -1,7 +1,8 @@
 """How a config section becomes a frozen, typed settings object, once, at the top of a command.
 
-Every settings class (models/settings.py, data/settings.py, data/masking/settings.py,
-parallel/settings.py, training/settings.py, finetuning/settings.py) is a frozen dataclass and a
+Every settings class (models/settings.py, data/settings.py, data/text/settings.py,
+data/masking/settings.py, parallel/settings.py, training/settings.py, finetuning/settings.py) is
+a frozen dataclass and a
 `Section` whose field names are its section's keys; `from_config` reads them with their declared
 types, and the class's `__post_init__` checks the rules of its own keys, so a bad value fails where it is made
 with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
@@ -53,6 +54,20 @@ class Section:
     """config.KEY (a ConfigDict, or any mapping of its keys) -> settings; a ConfigError naming
     the `KEY.` key of the first rule a value breaks."""
     return from_section(cls, section, cls.KEY)
+
+  def config_keys(self) -> dict:
+    """The section's config keys and values (its init fields)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init}
+
+  def replace(self, **changes):
+    """A copy with some keys changed, made again from its keys (so values take its types and
+    meet its rules); a key the section lacks is a ConfigError (a misspelled key would
+    otherwise be dropped without a word)."""
+    keys = self.config_keys()
+    unknown = sorted(set(changes) - set(keys))
+    if unknown:
+      raise ConfigError(f"{self.KEY}.{unknown[0]}: no such config key")
+    return type(self).from_config({**keys, **changes})
 
 
 def one_of(key: str, value, allowed) -> None:

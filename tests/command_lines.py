@@ -23,13 +23,14 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINE_TIMEOUT_S = 60  # each line: parsing, or failing early; none trains
-# Imported once by the parent: what the commands import, but no command module; mlmjax
-# first, which keeps the GPU plugin from jax where there is no GPU (parallel/plugins.py).
+# Imported once by the parent: what the commands import, but no command module; after
+# plugins.hide(), as each command calls it first (mlmjax/cli.py), which keeps the GPU plugin
+# from jax where there is no GPU (parallel/plugins.py).
 _LIBRARY = ("mlmjax", "jax", "flax.nnx", "orbax.checkpoint", "grain", "mlmjax.cli",
             "mlmjax.training.train", "mlmjax.training.finished_run", "mlmjax.training.aot",
             "mlmjax.training.benchmark", "mlmjax.training.masks_preview",
             "mlmjax.finetuning.trainer", "mlmjax.finetuning.tasks", "mlmjax.finetuning.finished",
-            "mlmjax.hf.exporter", "mlmjax.hf.heads", "mlmjax.data.preparation",
+            "mlmjax.hf.exporter", "mlmjax.hf.heads", "mlmjax.data.prepared.writer",
             "mlmjax.training.learning_curves", "mlmjax.parallel.targets")
 
 
@@ -92,6 +93,8 @@ def _run_forked(argv: list[str], line_timeout: float) -> dict:
 def _main() -> None:
   import importlib  # pylint: disable=g-import-not-at-top
   lines = json.loads(sys.stdin.read())
+  from mlmjax.parallel import plugins  # pylint: disable=g-import-not-at-top
+  plugins.hide()
   for name in _LIBRARY:
     importlib.import_module(name)
   results = [_run_forked(argv, LINE_TIMEOUT_S) for argv in lines]

@@ -34,6 +34,11 @@ os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COM
                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # so `configs` imports like it does from the repo root
+# Before anything imports jax, as every command does first (mlmjax/cli.py): jax's CUDA plugin
+# and libtpu hidden where this machine lacks their accelerator (parallel/plugins.py).
+from mlmjax.parallel import plugins as _plugins  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_plugins.hide()
 
 
 def user_env() -> dict[str, str]:
@@ -47,8 +52,8 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.data import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+from mlmjax.data.corpora import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.data.text import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
 # The tests are the program here, with no command line of their own: absl's flags keep their
 # defaults (grain's worker processes read them; mlmjax's commands parse theirs).
@@ -75,7 +80,7 @@ def wordpiece(corpus, tmp_path_factory):
   """A BERT WordPiece tokenizer (lower-cased, accents stripped) learned from the corpus."""
   from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.text import hf_tokenizer  # pylint: disable=g-import-not-at-top
   wp = BertWordPieceTokenizer(lowercase=True)
   wp.train_from_iterator(corpus[0][:100], vocab_size=400,
                          special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
@@ -88,7 +93,7 @@ def wordpiece(corpus, tmp_path_factory):
 @pytest.fixture(scope="session")
 def vocab_stats_for_tests(tokenizer_path, corpus):
   """Word/frequency tables of the session tokenizer over the built-in training split."""
-  from mlmjax.data import vocab_stats  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.text import vocab_stats  # pylint: disable=g-import-not-at-top
   return vocab_stats.compute(tokenizer_lib.Tokenizer.load(tokenizer_path), corpus[0], 300)
 
 
@@ -134,7 +139,7 @@ def train_iter(config, tok, source, masker, word_start=None, first_step=0):
   """data/pipeline.py's training iterator of a config's base shape (its data.seq_len,
   train.batch_size and seed)."""
   from mlmjax.data import pipeline  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = RunSettings.from_config(config)
   return pipeline.make_train_iter(s.data, tok, source, masker, batch_size=s.train.batch_size,
                                   seq_len=s.data.seq_len, seed=s.seed, word_start=word_start,
@@ -144,7 +149,7 @@ def train_iter(config, tok, source, masker, word_start=None, first_step=0):
 def eval_iter(config, tok, source, masker, word_start=None):
   """data/pipeline.py's held-out iterator of a config's base shape (train.eval_batches)."""
   from mlmjax.data import pipeline  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = RunSettings.from_config(config)
   return pipeline.make_eval_iter(s.data, tok, source, masker, batch_size=s.train.batch_size,
                                  seq_len=s.data.seq_len, seed=s.seed,
@@ -152,17 +157,16 @@ def eval_iter(config, tok, source, masker, word_start=None):
 
 
 def build_input(config, tokenizer_paths, stats_path):
-  """A run's input (training/train_state.build_input) from a config."""
-  from mlmjax.training import train_state  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
-  return train_state.build_input(RunSettings.from_config(config), tokenizer_paths, stats_path)
+  """A run's input (training/assembly.py) from a config."""
+  from mlmjax.training import assembly  # pylint: disable=g-import-not-at-top
+  return assembly.Assembly.of(config).input(tokenizer_paths, stats_path)
 
 
 def base_shape(config):
-  """The config's run as one phase (training/phases.base_shape)."""
+  """The config's run as one phase (training/phases.py's Plan.whole_run)."""
   from mlmjax.training import phases  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
-  return phases.base_shape(RunSettings.from_config(config))
+  from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
+  return phases.plan(RunSettings.from_config(config)).whole_run
 
 
 def saved_state(workdir, step=None):
@@ -256,9 +260,10 @@ def lock_clock(monkeypatch):
 
 
 def prepare(config, source, out, num_files=64, **kw):
-  """data/preparation.prepare of `source` into `out` for a run with `config`."""
-  from mlmjax.data import preparation  # pylint: disable=g-import-not-at-top
-  from mlmjax.training.settings import RunSettings  # pylint: disable=g-import-not-at-top
+  """data/writer.prepare of `source` into `out` for a run with `config`."""
+  from mlmjax.data import run_input  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.prepared import writer  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
   s = RunSettings.from_config(config)
-  plan = preparation.Plan.of(s.data, s.tokenizer, s.masking, source, num_files)
-  return preparation.prepare(plan, out, **kw)
+  plan = run_input.preparation_plan(s.data, s.tokenizer, s.masking, source, num_files)
+  return writer.prepare(plan, out, **kw)

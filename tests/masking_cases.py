@@ -6,12 +6,12 @@ import grain
 import numpy as np
 
 from configs import base
-from mlmjax.data import documents
-from mlmjax.data import formats
+from mlmjax.data.text import documents
+from mlmjax.data.rows import formats
 from mlmjax.data import masking
 from mlmjax.data import pipeline
-from mlmjax.data import sentences
-from mlmjax.data import vocab_stats
+from mlmjax.data.text import sentences
+from mlmjax.data.text import vocab_stats
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms

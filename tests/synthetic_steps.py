@@ -10,9 +10,7 @@ import numpy as np
 
 from configs import base
 from mlmjax.parallel import sharding
-from mlmjax.training import steps
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
+from mlmjax.training import assembly
 
 VOCAB = 512
 
@@ -74,8 +72,8 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
   """(per-step metrics, final state as numpy) of training on `batches`, from `init` (a numpy
   state, put on this mesh; saves compiling the initialiser) or from the mesh's own init."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
-  step = steps.make_pretrain_step(setup, RunSettings.from_config(config), per_token_loss=per_token_loss)
+  setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
+  step = assembly.Assembly.of(config).train_step(setup, per_token_loss=per_token_loss)
   state = setup.init_fn() if init is None else jax.device_put(init, setup.state_shardings)
   metrics = []
   for b in batches:
@@ -87,7 +85,7 @@ def train(config, batches, devices=None, per_token_loss=False, init=None):
 def init_state(config, devices=None):
   """The initial state as numpy, and the shardings it had on its mesh."""
   mesh = sharding.make_mesh(config.mesh, jax.devices() if devices is None else devices)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+  setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
   state = setup.init_fn()
   return jax.tree.map(np.asarray, state), jax.tree.map(lambda x: x.sharding, state)
 

@@ -3,13 +3,14 @@ position; built in grain worker processes when `data.worker_count` > 0.
 
 The stages of a training batch, from a file to the step (one module each, in this order):
 
-     1. sources.py / prepared.py  the split: documents by index (text, or token ids prepared)
-     2. documents.py             a text document's sentences as token ids (raw text only),
+     1. corpora/sources.py,      the split: documents by index (text, or token ids prepared)
+        prepared/reader.py
+     2. text/documents.py        a text document's sentences as token ids (raw text only),
                                  with spaCy's word annotations when masking reads them
      3. shard_walk.py            this data shard's document order: a fresh permutation an epoch
-     4. formats.py               a document -> units, the sequences of a row (RoBERTa's
+     4. rows/formats.py          a document -> units, the sequences of a row (RoBERTa's
                                  formats, NSP/SOP pairs)
-     5. rows.py                  units -> rows (first-fit packing), then a batch's rows ->
+     5. rows/packing.py          units -> rows (first-fit packing), then a batch's rows ->
                                  arrays (models/batch_schema.py's ROWS)
      6. shard_walk.py            rows shuffled within windows; the shards' rows side by side
                                  (LocalStream: one grain dataset, sliced over the workers)
@@ -42,11 +43,12 @@ import grain
 import jax
 import numpy as np
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data import masking
 from mlmjax.data import prefetch
 from mlmjax.data import shard_walk
-from mlmjax.data.documents import DocumentReader  # pylint: disable=unused-import  (re-exported)
+# re-exported: the pipeline's readers in one place
+from mlmjax.data.text.documents import DocumentReader  # pylint: disable=unused-import
 from mlmjax.data.settings import InputSettings
 from mlmjax.errors import ConfigError
 from mlmjax.errors import DataError

@@ -18,17 +18,19 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data import masking
-from mlmjax.data import mixture as mixture_lib
+from mlmjax.data.corpora import mixture as mixture_lib
 from mlmjax.data import pipeline
-from mlmjax.data import prepared
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.prepared import reader
+from mlmjax.data.prepared import writer
+from mlmjax.data.corpora import sources
+from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
-from mlmjax.data.settings import InputSettings, TokenizerSettings
+from mlmjax.data.settings import InputSettings
+from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import ConfigError, DataError
 
 
@@ -57,8 +59,8 @@ class RunInput:
   input shares, bound once: a phase's iterator then needs only the phase."""
 
   # Or a mixture of either kind (data.sources); None: evaluation only.
-  train_source: sources.TextSource | prepared.PreparedSplit | mixture_lib.Mixture | None
-  eval_source: sources.TextSource | prepared.PreparedSplit | mixture_lib.Mixture
+  train_source: sources.TextSource | reader.PreparedSplit | mixture_lib.Mixture | None
+  eval_source: sources.TextSource | reader.PreparedSplit | mixture_lib.Mixture
   tokenizer: tokenizer_lib.Tokenizer  # or hf_tokenizer.HFTokenizer: the same methods
   stats: vocab_stats_lib.VocabStats
   gazetteer: entities.Gazetteer | None
@@ -132,8 +134,8 @@ def held_out_input(data: InputSettings, masking_settings: masking.Settings, held
                                          data.text_field)
   elif data.sources:
     _, eval_source, _, _ = _mixture(data, None, masking_settings, {}, "")
-  elif prepared.is_prepared(data.source):
-    eval_source = prepared.open_source(data.source).split("eval")
+  elif reader.is_prepared(data.source):
+    eval_source = reader.open_source(data.source).split("eval")
   else:
     _, eval_source = sources.load_splits(data.source, data.eval_every_nth_document,
                                          data.max_document_chars, data.text_field)
@@ -157,12 +159,12 @@ def _mixture(data: InputSettings, tokenizer: TokenizerSettings | None,
   """`data.sources` (mixture.py): (train, eval, prepared?, tokenizer_and_stats)."""
   entries = mixture_lib.parse(data.sources)
   weights, names = [w for w, _ in entries], [s for _, s in entries]
-  kinds = {prepared.is_prepared(s) for s in names}
+  kinds = {reader.is_prepared(s) for s in names}
   if len(kinds) > 1:
     raise ConfigError("data.sources mixes prepared data and raw text; prepare them all (with"
                       " one tokenizer) or none")
   if kinds == {True}:
-    datas = [prepared.open_source(s) for s in names]
+    datas = [reader.open_source(s) for s in names]
     for prepared_data in datas:  # a mixture reads every file of its sources on every process
       prepared_data.check(data.eval_every_nth_document, tokenizer.path if tokenizer else "", 1)
     if len({d.manifest["tokenizer"]["fingerprint"] for d in datas}) > 1:
@@ -195,9 +197,9 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
   if data.sources:
     train_source, eval_source, is_prepared, tokenizer_and_stats = _mixture(
         data, tokenizer, masking_settings, tokenizer_paths, stats_path)
-  elif prepared.is_prepared(data.source):
+  elif reader.is_prepared(data.source):
     is_prepared = True
-    prepared_data = prepared.open_source(data.source)
+    prepared_data = reader.open_source(data.source)
     prepared_data.check(data.eval_every_nth_document, tokenizer.path,
                         pipeline.num_shards(data))
     train_source, eval_source = prepared_data.split("train"), prepared_data.split("eval")
@@ -234,3 +236,16 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
         masking_settings.pmi_min_count))
   return RunInput(train_source, eval_source, tok, stats, _gazetteer(masking_settings, tok), data,
                   masking_settings, held_out, span_boundaries, cooccurrence)
+
+
+def preparation_plan(data: InputSettings, tokenizer: TokenizerSettings,
+                     masking_settings: masking.Settings, source: str, num_files: int
+                     ) -> writer.Plan:
+  """The plan of preparing `source` into `num_files` files per split (python -m
+  mlmjax.prepare) for a run with these settings: masking's token count sample, and word
+  annotations if its strategy reads them (all of them: any annotating strategy can then train
+  from the folder)."""
+  return writer.Plan(source, data.text_field, data.eval_every_nth_document,
+                     data.max_document_chars, masking_settings.stats_max_documents, num_files,
+                     tokenizer,
+                     masking_settings.nlp_pipeline if masking_settings.annotates() else "")

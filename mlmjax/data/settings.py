@@ -1,5 +1,5 @@
-"""The `config.data` and `config.tokenizer` keys, typed and checked (`from_config`): what the
-input reads of the config. The keys' meanings are in configs/base.py.
+"""The `config.data` keys, typed and checked (`from_config`): what the input reads of the
+config (the tokenizer's keys are text/settings.py's). The keys' meanings are in configs/base.py.
 
 Rules across sections stay in mlmjax/training/config_check.py: a row length the model and the
 format can hold, one group of mixture weights per phase, shards that divide the batch.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from mlmjax import typed_settings
-from mlmjax.data import formats
+from mlmjax.data.rows import formats
 from mlmjax.errors import ConfigError
 
 
@@ -51,18 +51,3 @@ class InputSettings(typed_settings.Section):
     if self.worker_count < 0 or self.device_prefetch < 0:
       raise ConfigError(f"data.worker_count={self.worker_count} and data.device_prefetch="
                         f"{self.device_prefetch} must be >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
-class TokenizerSettings(typed_settings.Section):
-  """config.tokenizer, typed."""
-
-  KEY = "tokenizer"
-
-  path: str
-  vocab_size: int
-  model_type: str
-  max_training_sentences: int
-
-  def __post_init__(self):
-    typed_settings.one_of("tokenizer.model_type", self.model_type, ("unigram", "bpe"))

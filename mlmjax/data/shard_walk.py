@@ -3,8 +3,8 @@ or not, with the same batches either way.
 
 One data shard (documents s::num_shards of a split) is walked like this:
 
-    documents -> a fresh order every epoch -> units (formats.py) -> packing rounds of
-    rows_per_shard rows (rows.py) -> windows of G rounds, rows shuffled within a window
+    documents -> a fresh order every epoch -> units (rows/formats.py) -> packing rounds of
+    rows_per_shard rows (rows/packing.py) -> windows of G rounds, rows shuffled within a window
     (G = row_shuffle_window / rows_per_shard, rounded up) -> batches of rows_per_shard rows
 
 A window is a pure function of where it starts: the cursor (the document's place in the
@@ -32,8 +32,8 @@ from absl import logging
 import grain
 import numpy as np
 
-from mlmjax.data import formats
-from mlmjax.data import rows as rows_lib
+from mlmjax.data.rows import formats
+from mlmjax.data.rows import packing
 from mlmjax.data.masking.uniforms import GOLDEN, mix64
 from mlmjax.errors import DataError
 
@@ -45,7 +45,7 @@ _ORDER_BLOCK = 1 << 16
 class StreamSpec:
   """Everything a process's stream is made of (picklable: grain sends it to its workers)."""
 
-  documents: object  # documents.DocumentReader or prepared.PreparedSplit: len, sentences(i)
+  documents: object  # documents.DocumentReader or reader.PreparedSplit: len, sentences(i)
   data_format: str
   seq_len: int
   rows_per_shard: int
@@ -156,7 +156,7 @@ class ShardWalk:
   def _fill_window(self) -> None:
     spec = self.spec
     size = spec.window_rounds * spec.rows_per_shard
-    packer = rows_lib.Packer(spec.rows_per_shard, spec.seq_len, formats.packs(spec.data_format))
+    packer = packing.Packer(spec.rows_per_shard, spec.seq_len, formats.packs(spec.data_format))
     i, u = self.doc, self.unit
     units, empty = self._units(i), 0
     rows: list = []
@@ -253,7 +253,7 @@ class _LocalStreamIterator(grain.DatasetIterator):
       if (b - self._start) % self._workers == self._worker:
         break
     spec = self._spec
-    batch = rows_lib.materialize(rows, spec.seq_len, sequence_keys=spec.sequence_keys,
+    batch = packing.materialize(rows, spec.seq_len, sequence_keys=spec.sequence_keys,
                                  pairs=formats.has_pair_labels(spec.data_format))
     return b, batch, self.get_state()
 

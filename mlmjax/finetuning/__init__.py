@@ -21,5 +21,6 @@ sentence embeddings (retrieval).
                            step loop and checkpoints (training/)
   finished.py              a fine-tuned run loaded back (export, embed)
   config.py, settings.py   the fine-tuning config keys, typed
-The command is mlmjax/finetune.py. The top of the library: imports training/ and below.
+The command is mlmjax/finetune.py. The top of the library:
+Imports training/, hf/, data/, parallel/ and models/.
 """

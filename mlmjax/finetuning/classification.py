@@ -4,7 +4,7 @@ fine-tuning model and its task kind.
     encoder(batch) [B, T, D] -> [CLS] state (or the mean) [B, D] -> pooler: dense + tanh ->
     dropout -> dense -> [B, K] logits (K classes), or [B, 1] the predicted score (regression)
 
-The encoder is the pretraining model itself (train_state.build_model: BERT-style, or ELECTRA, whose
+The encoder is the pretraining model itself (training/assembly.py: BERT-style, or ELECTRA, whose
 `encode` gives the discriminator's states), so its parameters load from a pretraining
 checkpoint as they are. Its pooler exists when it was pretrained with a pair format (NSP/SOP
 heads): then that pretrained pooler is used, as BERT does; otherwise the pooler is new. The
@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.models import layers
@@ -90,7 +89,7 @@ class Classification(kind_lib.Kind):
     return 1 if self.regression else len(self.label_names)
 
   def encode(self, examples, tok, seq_len, what):
-    return kind_lib.Encoded(examples_lib.encode(examples, tok, seq_len, what))
+    return kind_lib.Encoded(kind_lib.encode_texts(examples, tok, seq_len, what))
 
   def model(self, encoder, model_settings, finetune_model, rngs):
     return SequenceClassifier(encoder, model_settings, self.num_outputs, rngs,

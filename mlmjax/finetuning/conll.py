@@ -15,7 +15,7 @@ import json
 import os
 import re
 
-from mlmjax.data import streamed
+from mlmjax.data.corpora import streamed
 from mlmjax.errors import DataError
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning.records import TaggedExamples

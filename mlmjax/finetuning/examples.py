@@ -1,15 +1,9 @@
-"""Labelled examples of a fine-tuning task: read from tfds, CSV/TSV or JSONL, and encoded; and
-the reading of table files (`read_records`, `field`, `text_field`) every reader shares.
+"""Labelled examples of a fine-tuning task read from tfds, CSV/TSV or JSONL; and the reading of
+table files (`read_records`, `field`, `text_field`) every reader shares.
 
 An example is one text (single-sentence tasks) or two (sentence-pair tasks) and a label: a class
-id, or a number for regression. Encoded, it is one fixed-length row as BERT fine-tunes on:
-
-    [CLS] text_a [SEP]                  token type 0
-    [CLS] text_a [SEP] text_b [SEP]     token type 0 up to the first [SEP], 1 after it
-
-padded to `seq_len` (segment id 0 on padding, so attention ignores it); a pair too long loses
-tokens from the end of its longer text first (BERT's `_truncate_seq_pair`). Fine-tuning sets
-are small (GLUE's largest, MNLI, has 393k examples): they are read and encoded once, in memory.
+id, or a number for regression (kind.py's `encode_texts` makes its row). Fine-tuning sets are
+small (GLUE's largest, MNLI, has 393k examples): they are read and encoded once, in memory.
 """
 
 from __future__ import annotations
@@ -18,15 +12,11 @@ import csv
 import json
 import os
 
-from absl import logging
 import numpy as np
 
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.corpora import sources
 from mlmjax.errors import DataError
-from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import records
-from mlmjax.models import special_ids
 
 
 # The examples this module reads and encodes (records.py).
@@ -172,36 +162,3 @@ def regression_labels(raw, context: str) -> np.ndarray:
   if not np.all(np.isfinite(values)):
     raise DataError(f"{context}: a label is NaN or infinite")
   return np.asarray(values, np.float32)
-
-
-# ---- encoding ----------------------------------------------------------------------------------
-def _truncate(lengths: list[int], budget: int) -> list[int]:
-  """Token counts to keep of each text: while too long, drop one from the longest (BERT)."""
-  lengths = list(lengths)
-  while sum(lengths) > budget:
-    longest = int(np.argmax(lengths))
-    lengths[longest] -= 1
-  return lengths
-
-
-def encode(examples: Examples, tok: tokenizer_lib.Tokenizer, seq_len: int,
-           what: str) -> dict[str, np.ndarray]:
-  """Model inputs [N, seq_len] and `labels`, `weights` [N] (1: a real example)."""
-  n, num_texts = len(examples), len(examples.texts[0])
-  per_text = [tok.encode([t[j] for t in examples.texts]) for j in range(num_texts)]
-  rows, types = [], []
-  truncated = 0
-  for i in range(n):
-    pieces = [ids[i] for ids in per_text]
-    keep = _truncate([len(p) for p in pieces], seq_len - 1 - num_texts)
-    truncated += keep != [len(p) for p in pieces]
-    row, row_types = [special_ids.CLS_ID], [0]
-    for j, (p, k) in enumerate(zip(pieces, keep)):
-      row += list(p[:k]) + [special_ids.SEP_ID]
-      row_types += [j] * (k + 1)
-    rows.append(row)
-    types.append(row_types)
-  if truncated:
-    logging.info("%s: %d of %d examples truncated to %d tokens", what, truncated, n, seq_len)
-  return {**kind_lib.padded_rows(rows, types, seq_len),
-          "labels": examples.labels, "weights": np.ones(n, np.float32)}

@@ -20,17 +20,24 @@ from flax import nnx
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import kind as kind_lib
+from mlmjax.finetuning import records
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
+from mlmjax.hf import exporter
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
+
+
+# The other parts of the sample an export is verified on (FinetunedModel.sample).
+SAMPLE_QUESTION = "Who jumps over the dog?"
+SAMPLE_OPTIONS = ["The fox jumps.", "The dog sleeps all day."]
 
 
 @dataclasses.dataclass
@@ -55,6 +62,21 @@ class FinetunedModel:
 
   def encode(self, examples) -> kind_lib.Encoded:
     return self.kind.encode(examples, self.tokenizer, self.settings.data.seq_len, "input")
+
+  def sample(self) -> records.Records:
+    """One example of the model's kind built on exporter.SAMPLE_TEXT: what an export is
+    verified on (hf/heads.py)."""
+    text, kind = exporter.SAMPLE_TEXT, self.kind.name
+    if kind in ("classification", "regression"):
+      return records.TextExamples([(text,)], np.zeros(1, np.int32))
+    if kind == "token_classification":
+      words = text.split()
+      return records.TaggedExamples([words], [[self.kind.tag_names[0]] * len(words)])
+    if kind == "question_answering":
+      return records.QAExamples(["sample"], [SAMPLE_QUESTION], [text], [[]])
+    if kind == "multiple_choice":
+      return records.ChoiceExamples([text], [SAMPLE_OPTIONS], np.zeros(1, np.int32))
+    return records.PairExamples([text], [SAMPLE_OPTIONS[0]])
 
 
 def _settings(saved: dict) -> FinetuneSettings:
@@ -109,12 +131,12 @@ def load(path: str, step: int | None = None) -> FinetunedModel:
   saved = out.saved_record()
   settings = _settings({k: v for k, v in saved.items() if k != "run"})
   pre = workdir_lib.Workdir(record["pretrained_workdir"])
-  pre_settings = pre.load_config()
+  pre_run = pre.load_run()
   tok = tokenizer_lib.load(pre.saved_tokenizer())
   kind = tasks.make_kind(record["kind"], settings, record.get("label_names", []))
   mesh = sharding.make_mesh(FinetuneMesh((1, 1, 1)), devices=jax.devices()[:1])
   optimizer_settings = settings.train.optimizer_settings(1)
-  setup = trainer.model_setup(settings, pre_settings, kind, tok.vocab_size, mesh,
+  setup = trainer.model_setup(settings, pre_run, kind, tok.vocab_size, mesh,
                               optimizer_settings)
   ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                      settings.train.max_checkpoints_to_keep)
@@ -126,4 +148,5 @@ def load(path: str, step: int | None = None) -> FinetunedModel:
     state = ckpt.restore(step, setup.abstract_state).state
   finally:
     ckpt.close()
-  return FinetunedModel(settings, record, pre_settings, tok, kind, step, state["params"], setup)
+  return FinetunedModel(settings, record, pre_run.settings, tok, kind, step, state["params"],
+                        setup)

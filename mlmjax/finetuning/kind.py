@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from mlmjax.finetuning import records
+from mlmjax.models import special_ids
 from mlmjax.training import steps
 
 
@@ -85,6 +87,46 @@ def padded_rows(pieces: list[list[int]], token_types: list[list[int]], seq_len: 
   return {"input_ids": input_ids, "token_type_ids": types,
           "segment_ids": (positions[None] < lengths[:, None]).astype(np.int32),
           "positions": np.broadcast_to(positions, (n, seq_len)).copy()}
+
+
+def _truncate(lengths: list[int], budget: int) -> list[int]:
+  """Token counts to keep of each text: while too long, drop one from the longest (BERT)."""
+  lengths = list(lengths)
+  while sum(lengths) > budget:
+    longest = int(np.argmax(lengths))
+    lengths[longest] -= 1
+  return lengths
+
+
+def encode_texts(examples: records.TextExamples, tok, seq_len: int,
+                 what: str) -> dict[str, np.ndarray]:
+  """Model inputs [N, seq_len] and `labels`, `weights` [N] (1: a real example): one row per
+  example as BERT fine-tunes on,
+
+      [CLS] text_a [SEP]                  token type 0
+      [CLS] text_a [SEP] text_b [SEP]     token type 0 up to the first [SEP], 1 after it
+
+  padded to `seq_len` (segment id 0 on padding, so attention ignores it); a pair too long loses
+  tokens from the end of its longer text first (BERT's `_truncate_seq_pair`). `tok`: a
+  tokenizer (data/text/tokenizer.py's interface, not imported: the kinds load no input code)."""
+  n, num_texts = len(examples), len(examples.texts[0])
+  per_text = [tok.encode([t[j] for t in examples.texts]) for j in range(num_texts)]
+  rows, types = [], []
+  truncated = 0
+  for i in range(n):
+    pieces = [ids[i] for ids in per_text]
+    keep = _truncate([len(p) for p in pieces], seq_len - 1 - num_texts)
+    truncated += keep != [len(p) for p in pieces]
+    row, row_types = [special_ids.CLS_ID], [0]
+    for j, (p, k) in enumerate(zip(pieces, keep)):
+      row += list(p[:k]) + [special_ids.SEP_ID]
+      row_types += [j] * (k + 1)
+    rows.append(row)
+    types.append(row_types)
+  if truncated:
+    logging.info("%s: %d of %d examples truncated to %d tokens", what, truncated, n, seq_len)
+  return {**padded_rows(rows, types, seq_len),
+          "labels": examples.labels, "weights": np.ones(n, np.float32)}
 
 
 def text_starts(text: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

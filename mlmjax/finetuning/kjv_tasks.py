@@ -43,7 +43,7 @@ import re
 
 import numpy as np
 
-from mlmjax.data import sources
+from mlmjax.data.corpora import sources
 from mlmjax.finetuning.examples import Examples
 from mlmjax.finetuning.records import ChoiceExamples
 from mlmjax.finetuning.records import PairExamples

@@ -18,7 +18,6 @@ import numpy as np
 from flax import nnx
 
 from mlmjax.finetuning import classification
-from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import records
 from mlmjax.training import losses
@@ -40,7 +39,7 @@ def encode_groups(texts: list[list[tuple[str, ...]]], tok, seq_len: int, what: s
                   ) -> dict[str, np.ndarray]:
   """Per example K texts (each one text or a pair) -> model inputs [N, K, T]."""
   k = len(texts[0])
-  per_option = [examples_lib.encode(records.TextExamples([t[j] for t in texts],
+  per_option = [kind_lib.encode_texts(records.TextExamples([t[j] for t in texts],
                                                          np.zeros(len(texts), np.int32)),
                                     tok, seq_len, f"{what} (text {j + 1} of {k})")
                 for j in range(k)]

@@ -10,9 +10,10 @@ import ml_collections
 
 from mlmjax import typed_settings
 from mlmjax.errors import ConfigError
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
 from mlmjax.training import config_check
-from mlmjax.training import settings as run_settings
+from mlmjax.training import settings as training_settings
 
 OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
 POOLINGS = ("auto", "cls", "mean")
@@ -88,15 +89,15 @@ class FinetuneTrain(typed_settings.Section):
         self.max_checkpoints_to_keep < 1):
       raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
                         " train.max_checkpoints_to_keep must be >= 1")
-    run_settings.check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
+    training_settings.check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
     typed_settings.check_positive("train.batch_size", self.batch_size)
 
-  def optimizer_settings(self, total_steps: int) -> run_settings.TrainSettings:
+  def optimizer_settings(self, total_steps: int) -> training_settings.TrainSettings:
     """BERT's fine-tuning optimizer as pretraining's optimizer settings (optimizer.py): these
     keys over today's pretraining defaults, a linear warmup over warmup_fraction of the
     `total_steps`, then linear decay to 0, no accumulation or update clipping."""
     from mlmjax.training import saved_config  # pylint: disable=g-import-not-at-top
-    defaults = run_settings.TrainSettings.from_config(saved_config.defaults().train)
+    defaults = training_settings.TrainSettings.from_config(saved_config.defaults().train)
     return dataclasses.replace(
         defaults, **{k: getattr(self, k) for k in (
             "optimizer", "learning_rate", "weight_decay", "adam_b1", "adam_b2", "adam_eps",
@@ -174,11 +175,11 @@ class FinetuneSettings:
     trainer adds `run`, what was fine-tuned from what)."""
     return ml_collections.ConfigDict({**dataclasses.asdict(self), **records})
 
-  def check_against(self, pretrained: run_settings.RunSettings, kind: str = "",
+  def check_against(self, pretrained: ModelSettings, kind: str = "",
                     num_devices: int | None = None, num_processes: int | None = None) -> None:
     """The rules that need the pretrained run and the task `kind`: the positions, the room
     for a context after a question, and the batch on this mesh."""
-    limit = pretrained.model.max_position_embeddings
+    limit = pretrained.max_position_embeddings
     if not 5 <= self.data.seq_len <= limit:
       raise ConfigError(f"data.seq_len={self.data.seq_len} must be between 5 and the pretrained"
                         f" model's max_position_embeddings={limit}")

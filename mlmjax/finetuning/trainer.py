@@ -28,10 +28,11 @@ import numpy as np
 from flax import nnx
 
 from mlmjax import errors
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import compile_cache
 from mlmjax.training import finished_run
@@ -39,7 +40,6 @@ from mlmjax.training import learning_curves
 from mlmjax.training import loop
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import optimizer
-from mlmjax.training.settings import RunSettings
 from mlmjax.training import steps
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
@@ -52,29 +52,29 @@ def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
   `output` (resuming a run there); returns the results also written to output/results.json."""
   settings = FinetuneSettings.from_config(config)
   pre = workdir_lib.Workdir(pretrained)
-  pre_settings = pre.load_config()
-  settings.check_against(pre_settings, data.task.kind)  # before anything is written
+  pre_run = pre.load_run()
+  settings.check_against(pre_run.settings.model, data.task.kind)  # before anything is written
   out = workdir_lib.Workdir(output)
   out.make_writable()
   with workdir_lock.WorkdirLock(out.lock, output), compile_cache.enabled(
       settings.train.compilation_cache, out.compile_cache):
-    return _FineTuner(settings, pre, pre_settings, data, out, random_init, pretrained_step).run()
+    return _FineTuner(settings, pre, pre_run, data, out, random_init, pretrained_step).run()
 
 
-def model_setup(settings: FinetuneSettings, pre: RunSettings, kind, vocab_size: int, mesh,
+def model_setup(settings: FinetuneSettings, pre: assembly.Assembly, kind, vocab_size: int, mesh,
                 optimizer_settings) -> train_state.MeshSetup:
   """The fine-tuning model of `kind` (kind.py) on the encoder of the pretrained run `pre`,
   sharded on `mesh` by the pretrained run's rules, with its optimizer."""
-  # The pretrained model with fine-tuning's dropout, heads included, so that its checkpoint
-  # loads as it is; the kind's head on top.
-  encoder = pre.replace(model={"dropout_rate": settings.model.dropout_rate,
-                               "attention_dropout_rate": settings.model.attention_dropout_rate})
+  # The pretrained model with fine-tuning's dropout (and seed), heads included, so that its
+  # checkpoint loads as it is; the kind's head on top.
+  encoder = pre.with_settings(pre.settings.replace(
+      seed=settings.seed, model={"dropout_rate": settings.model.dropout_rate,
+                                 "attention_dropout_rate": settings.model.attention_dropout_rate}))
+  rules, scan_layers = pre.settings.mesh.rules, pre.settings.model.scan_layers
   return train_state.sharded_setup(
-      lambda: kind.model(
-          train_state.build_model(encoder.model, encoder.objective, encoder.data.format,
-                                  vocab_size, settings.seed, mesh),
-          encoder.model, settings.model, nnx.Rngs(params=settings.seed + 1)),
-      optimizer.make_optimizer(optimizer_settings), mesh, pre.mesh.rules, pre.model.scan_layers)
+      lambda: kind.model(encoder.model(vocab_size, mesh), encoder.settings.model, settings.model,
+                         nnx.Rngs(params=settings.seed + 1)),
+      optimizer.make_optimizer(optimizer_settings), mesh, rules, scan_layers)
 
 
 class _BatchPosition:
@@ -95,7 +95,7 @@ class _FineTuner(loop.StepLoop):
   hooks."""
 
   def __init__(self, settings: FinetuneSettings, pre: workdir_lib.Workdir,
-               pre_settings: RunSettings, data: tasks.TaskData, out: workdir_lib.Workdir,
+               pre_run: assembly.Assembly, data: tasks.TaskData, out: workdir_lib.Workdir,
                random_init: bool, pretrained_step: int | None):
     self.config, self.pre, self.data, self.out = settings, pre, data, out
     config = settings
@@ -112,7 +112,7 @@ class _FineTuner(loop.StepLoop):
     self.batches = grain.MapDataset.range(self.num_train).shuffle(seed=config.seed).repeat(
         None).batch(batch_size, drop_remainder=True)
     self.mesh = sharding.make_mesh(config.mesh)
-    self._make_steps(pre_settings, tok.vocab_size)
+    self._make_steps(pre_run, tok.vocab_size)
     self.nonfinite = loop.NonFinitePolicy(config.train.nonfinite_policy,
                                           config.train.max_consecutive_skips)
     self.checkpoint_every = config.train.checkpoint_every_steps
@@ -136,7 +136,7 @@ class _FineTuner(loop.StepLoop):
     self.num_train = len(self.train_rows["input_ids"])
     self.dev_encoded = self.kind.encode(self.data.dev, tok, seq_len, "dev")
 
-  def _make_steps(self, pre: RunSettings, vocab_size: int) -> None:
+  def _make_steps(self, pre: assembly.Assembly, vocab_size: int) -> None:
     """The sharded state of the encoder and the kind's head, and its train and eval steps."""
     optimizer_settings = self.config.train.optimizer_settings(self.total)
     self.setup = model_setup(self.config, pre, self.kind, vocab_size, self.mesh,

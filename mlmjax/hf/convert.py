@@ -21,7 +21,7 @@ Where the two models differ in more than names, the conversion keeps the functio
   decoder then also sees, but only as h.T0, the same number added to every logit of a
   position: the probabilities and the loss are unchanged.
 - Vocabulary: mlmjax's special ids are 0-4; a tokenizer with other ids is used through a
-  permutation (`vocab_to_hf[mlmjax id] = HF id`, see data/hf_tokenizer.py). Embedding rows and
+  permutation (`vocab_to_hf[mlmjax id] = HF id`, see data/text/hf_tokenizer.py). Embedding rows and
   the output bias are permuted with it, so an export writes the original tokenizer's ids back.
 - RoBERTa's position table starts at padding_idx + 1 (its rows 0..padding_idx are never used).
 - Scanned layers (blocks stacked on a leading layer axis) are unstacked before mapping and

@@ -30,7 +30,7 @@ import numpy as np
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import hf_tokenizer
+from mlmjax.data.text import hf_tokenizer
 from mlmjax.hf import convert as hf_convert
 from mlmjax.models import special_ids
 

@@ -29,7 +29,6 @@ import jax
 import numpy as np
 
 from mlmjax import paths
-from mlmjax.finetuning import records
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import exporter
 from mlmjax.models import special_ids
@@ -146,25 +145,6 @@ def export(model, out: str) -> str:
   return name
 
 
-SAMPLE_QUESTION = "Who jumps over the dog?"
-SAMPLE_OPTIONS = ["The fox jumps.", "The dog sleeps all day."]
-
-
-def sample(model) -> records.Records:
-  """One example of the model's kind built on exporter.SAMPLE_TEXT."""
-  text, kind = exporter.SAMPLE_TEXT, model.kind.name
-  if kind in ("classification", "regression"):
-    return records.TextExamples([(text,)], np.zeros(1, np.int32))
-  if kind == "token_classification":
-    words = text.split()
-    return records.TaggedExamples([words], [[model.kind.tag_names[0]] * len(words)])
-  if kind == "question_answering":
-    return records.QAExamples(["sample"], [SAMPLE_QUESTION], [text], [[]])
-  if kind == "multiple_choice":
-    return records.ChoiceExamples([text], [SAMPLE_OPTIONS], np.zeros(1, np.int32))
-  return records.PairExamples([text], [SAMPLE_OPTIONS[0]])
-
-
 def _hf_outputs(name: str, out: str, rows: dict[str, np.ndarray], to_hf: np.ndarray,
                 pooling: str) -> np.ndarray:
   """transformers' outputs on `rows`, shaped as mlmjax's kind gives them."""
@@ -201,7 +181,7 @@ def verify(model, out: str) -> float:
       paths.download(out, local)
       return verify(model, local)
   _, name = _arch_and_class(model)
-  rows = model.encode(sample(model)).rows
+  rows = model.encode(model.sample()).rows
   to_hf = getattr(model.tokenizer, "vocab_to_hf", np.arange(len(model.tokenizer)))
   mine = model.outputs({k: v for k, v in rows.items()})
   theirs = _hf_outputs(name, os.fspath(out), rows, np.asarray(to_hf),

@@ -23,8 +23,9 @@ import jax
 import numpy as np
 
 from mlmjax import errors
-from mlmjax.data import formats
+from mlmjax.data.rows import formats
 from mlmjax.hf import convert as hf_convert
+from mlmjax.models.settings import ModelSettings
 from mlmjax.models import param_names
 
 # Names of old TF-converted BERT checkpoints, which transformers renames on load as well.
@@ -66,21 +67,26 @@ def _arch_and_settings(init_from: str, data_format: str) -> tuple[hf_convert.Arc
     raise hf_convert.ConversionError(f"init_from={init_from!r}: {e}") from None
 
 
-def configure(settings):
-  """`settings` (training/settings.py RunSettings) with the model architecture and the
-  tokenizer of the checkpoint named by `init_from`."""
-  folder = init_from_folder(settings.init_from)
-  _, model = _arch_and_settings(settings.init_from, settings.data.format)
-  changed = {k: v for k, v in model.items() if getattr(settings.model, k) != v}
+def configure(model: ModelSettings, init_from: str, data_format: str) -> ModelSettings:
+  """`model` with the architecture of the checkpoint named by `init_from` (data_format: whether
+  the run has an NSP head)."""
+  _, keys = _arch_and_settings(init_from, data_format)
+  changed = {k: v for k, v in keys.items() if getattr(model, k) != v}
   if changed:
-    logging.info("From %s/config.json: %s", folder,
+    logging.info("From %s/config.json: %s", init_from_folder(init_from),
                  ", ".join(f"model.{k}={v!r}" for k, v in changed.items()))
-  path = settings.tokenizer.path
-  if path and os.path.abspath(path) != os.path.abspath(folder):
+  return model.replace(**keys)
+
+
+def tokenizer_folder(init_from: str, tokenizer_path: str) -> str:
+  """The tokenizer a run from `init_from` trains with: the checkpoint's own (its embedding rows
+  are its ids), which tokenizer.path may only repeat."""
+  folder = init_from_folder(init_from)
+  if tokenizer_path and os.path.abspath(tokenizer_path) != os.path.abspath(folder):
     raise errors.ConfigError(
-        f"init_from={settings.init_from!r} trains with {folder}'s own tokenizer (the embedding"
-        f" rows are its ids): leave tokenizer.path empty, not {path!r}")
-  return settings.replace(model=model, tokenizer={"path": folder})
+        f"init_from={init_from!r} trains with {folder}'s own tokenizer (the embedding rows are"
+        f" its ids): leave tokenizer.path empty, not {tokenizer_path!r}")
+  return folder
 
 
 def read_weights(folder: str) -> dict[str, np.ndarray]:
@@ -126,15 +132,15 @@ def _by_path(tree) -> dict[str, np.ndarray]:
           for path, x in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def imported_params(settings, tok, abstract_params) -> tuple[dict[str, np.ndarray], list[str]]:
+def imported_params(init_from: str, model: ModelSettings, data_format: str, tok, abstract_params
+                    ) -> tuple[dict[str, np.ndarray], list[str]]:
   """The checkpoint's parameters in mlmjax's layout, by path (numpy), checked against the
   model's shapes, and the names of the head parameters it lacks."""
-  init_from = settings.init_from
-  arch, _ = _arch_and_settings(init_from, settings.data.format)
+  arch, _ = _arch_and_settings(init_from, data_format)
   state = _with_prefix(read_weights(init_from_folder(init_from)), arch)
-  nsp = formats.has_pair_labels(settings.data.format)
+  nsp = formats.has_pair_labels(data_format)
   try:
-    params, missing = hf_convert.from_hf(state, arch, settings.model, nsp,
+    params, missing = hf_convert.from_hf(state, arch, model, nsp,
                                          getattr(tok, "vocab_to_hf", None))
   except hf_convert.ConversionError as e:
     raise hf_convert.ConversionError(f"init_from={init_from!r}: {e}") from None
@@ -150,12 +156,13 @@ def imported_params(settings, tok, abstract_params) -> tuple[dict[str, np.ndarra
   return params, missing
 
 
-def initial_state(settings, setup, tok):
+def initial_state(init_from: str, model: ModelSettings, data_format: str, setup, tok):
   """Step 0 of a run from the checkpoint: its parameters (each placed straight onto its
   sharding, on every process alike), the rest from `setup.init_fn()`: the heads it lacks and
   the optimizer state (Adam/LAMB moments start at zero whatever the parameters)."""
   state = setup.init_fn()
-  params, missing = imported_params(settings, tok, setup.abstract_state["params"])
+  params, missing = imported_params(init_from, model, data_format, tok,
+                                    setup.abstract_state["params"])
 
   def place(path, fresh, target):
     value = params.get(param_names.param_name(param_names.path_keys(path)))
@@ -167,7 +174,7 @@ def initial_state(settings, setup, tok):
   state["params"] = jax.tree_util.tree_map_with_path(place, state["params"],
                                                      setup.state_shardings["params"])
   logging.info("Initialised %s parameters from %s%s",
-               f"{sum(int(np.size(x)) for x in params.values()):,}", settings.init_from,
+               f"{sum(int(np.size(x)) for x in params.values()):,}", init_from,
                f"; not in the checkpoint, freshly initialised: {', '.join(missing)}"
                if missing else "")
   return state

@@ -1,5 +1,5 @@
 """The batch: every array the input hands the train and eval steps, with its shape and dtype,
-written once. data/rows.py makes the row arrays, the masker (data/masking/masker.py) the
+written once. data/rows/packing.py makes the row arrays, the masker (data/masking/masker.py) the
 prediction slots, `mlmjax.compile`'s abstract batch (training/aot.py) is `shapes(...)`, and
 the models read these keys (`require` checks them where a model is called). It lives in
 models/, the bottom of the package, so that data/, training/ and the models all import it.
@@ -15,7 +15,7 @@ B rows, T tokens a row (data.seq_len), P prediction slots a row (masking.max_pre
   masked_positions    [B, P] int32    columns of the masked tokens, ascending; 0 in padding slots
   masked_ids          [B, P] int32    their original ids (0 in padding slots)
   masked_weights      [B, P] float32  1 for a real slot, 0 for a padding one
-  nsp_labels          [B] int32       pair formats only (data/formats.py): 1 when the second
+  nsp_labels          [B] int32       pair formats only (data/rows/formats.py): 1 when the second
                                       segment does not follow the first (NSP) or is swapped (SOP)
   masked_span_left    [B, P] int32    with the span-boundary objective only: the position just
                                       before the slot's unit,
@@ -27,7 +27,7 @@ Three more row arrays exist on the host only, for the masker, and never reach th
   sequence_keys       [B, T] int64    static masking: each token's packed sequence,
                                       (document << 32) + chunk + 1
   epochs              [B, T] int32    static masking: its document's epoch key
-  annotations         [B, T, F] int32 word features (data/annotation.py), when a strategy
+  annotations         [B, T, F] int32 word features (data/text/annotation.py), when a strategy
                                       reads them (syntax, entity from NER)
 """
 

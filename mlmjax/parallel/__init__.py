@@ -6,5 +6,6 @@ the parameters and batches over it, and JAX's multi-host runtime.
   targets.py      compile targets (v5p-8, 2xv5p-64, h100x8, ...) as devices without the chips
   hlo.py          what a compiled program holds: collectives with their bytes, kernels
   plugins.py      jax's CUDA plugin only where it is used (a GPU, a GPU compile target)
+  settings.py     MeshSettings: config.mesh typed, with its rules
 Imports only models/ (parameter names).
 """

@@ -13,12 +13,22 @@ the accelerator they print to stderr, which no setting turns off (JAX_PLATFORMS=
     it runs on ("could not determine TPU accelerator type ...").
 Noise in every command's output, and errors that are no longer one line.
 
-So `hide`, which mlmjax/__init__.py calls before anything imports jax, hides from jax each plugin
-whose accelerator this machine lacks, as if it were not installed: the plugin's modules are None
-in sys.modules (jax's `import` of them fails, which jax takes as "not installed"), and the CUDA
-PJRT module is a stand-in whose `initialize()` registers nothing. A compile target undoes that
-with `loading` (parallel/targets.py), which also keeps CUDA's driver notices, untrue of a
-compile, out of stderr. JAX_PLATFORMS naming the platform also keeps its plugin.
+So `hide` hides from jax each plugin whose accelerator this machine lacks, as if it were not
+installed: the plugin's modules are None in sys.modules (jax's `import` of them fails, which jax
+takes as "not installed"), and the CUDA PJRT module is a stand-in whose `initialize()` registers
+nothing. A compile target undoes that with `loading` (parallel/targets.py), which also keeps
+CUDA's driver notices, untrue of a compile, out of stderr. JAX_PLATFORMS naming the platform
+also keeps its plugin.
+
+`hide` must run before jax's first import (CUDA's kernels are looked up then; hidden later, the
+notice is already printed), and only where a program starts: importing mlmjax changes nothing.
+Each command calls it at the top of its module, before its other imports (mlmjax/cli.py says
+why there), cli.run again; tests/conftest.py, .ci/resume_check.py, benchmarks/*.py and the
+Colab notebook call it themselves. A script of yours that wants the same:
+
+    from mlmjax.parallel import plugins
+    plugins.hide()  # before anything imports jax
+    import jax
 """
 
 from __future__ import annotations
@@ -89,7 +99,8 @@ def _wanted(plugin: _Plugin) -> bool:
 
 def hide() -> None:
   """Hides from jax each plugin this machine has no accelerator for. Only before jax is
-  imported: once it is, what it loaded stays."""
+  imported: once it is, what it loaded stays (and this does nothing). Idempotent; called where a
+  program starts, never on import (see the module docstring)."""
   if "jax" in sys.modules:
     return
   for plugin in _PLUGINS.values():

@@ -102,28 +102,46 @@ def _grid(chips: int, three_d: bool) -> tuple[int, ...] | None:
 
 
 @contextlib.contextmanager
+def _environment(defaults: dict[str, str], also_restored: tuple[str, ...] = ()):
+  """Inside, os.environ with each of `defaults` set where it is not; after, each of those keys
+  and of `also_restored` (others set them inside) as it was before: its value back, or removed
+  where it was absent. Every other key is left alone, whoever changes it meanwhile."""
+  keys = (*defaults, *also_restored)
+  before = {key: os.environ.get(key) for key in keys}
+  for key, value in defaults.items():
+    os.environ.setdefault(key, value)
+  try:
+    yield
+  finally:
+    for key, value in before.items():
+      if value is None:
+        os.environ.pop(key, None)
+      else:
+        os.environ[key] = value
+
+
+# What _quiet_libtpu sets where unset. TPU_SKIP_MDS_QUERY: jax sets it when it starts its
+# backends on a machine without TPU chips, but only the first time; when a GPU target started
+# them, libtpu loaded later would ask the GCE metadata server for the slice instead (30 tries,
+# ~29 s, for each key it reads).
+_LOADING_ENV = {"TPU_ACCELERATOR_TYPE": "v5p-8", "TPU_WORKER_HOSTNAMES": "localhost",
+                "TPU_WORKER_ID": "0", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+                "TPU_SKIP_MDS_QUERY": "1", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1"}
+# What jax and libtpu set while libtpu loads (jax/_src/cloud_tpu_init.py, libtpu/__init__.py).
+_SET_WHILE_LOADING = ("TPU_LIBRARY_PATH",)
+
+
 def _quiet_libtpu():
   """libtpu looks for the TPU VM it runs on; here there is none. Saying so while it loads
   silences its warnings, and several processes may load it at once (tests, a second compile).
   The CUDA plugin, started here for a GPU target, skips its check of the CUDA libraries of a
   GPU this machine need not have (it would print a traceback and register nothing).
-  The environment is then restored as it was, with what jax itself sets while it loads libtpu
+  Those keys are then restored as they were, with what jax itself sets while it loads libtpu
   (TPU_LIBRARY_PATH, TPU_SKIP_MDS_QUERY): left set, they would tell every process started
   later from this one (a training run) that it is on a TPU VM (plugins.tpu_vm), or make jax
-  load libtpu there from that path, however well hidden (plugins.py)."""
-  before = dict(os.environ)
-  # TPU_SKIP_MDS_QUERY: jax sets it when it starts its backends on a machine without TPU chips,
-  # but only the first time; when a GPU target started them, libtpu loaded later would ask the
-  # GCE metadata server for the slice instead (30 tries, ~29 s, for each key it reads).
-  for key, value in (("TPU_ACCELERATOR_TYPE", "v5p-8"), ("TPU_WORKER_HOSTNAMES", "localhost"),
-                     ("TPU_WORKER_ID", "0"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-                     ("TPU_SKIP_MDS_QUERY", "1"), ("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")):
-    os.environ.setdefault(key, value)
-  try:
-    yield
-  finally:
-    os.environ.clear()
-    os.environ.update(before)
+  load libtpu there from that path, however well hidden (plugins.py). The rest of the
+  environment is not touched."""
+  return _environment(_LOADING_ENV, _SET_WHILE_LOADING)
 
 
 def _unknown(name: str, why: str = "") -> UserError:

@@ -1,8 +1,8 @@
 """Ahead-of-time compilation of the real train and eval steps for a target this machine does
 not have (a TPU slice, a GPU node: parallel/targets.py), and what the compiler says of them.
 
-Everything the run would build is built the same way (train_state.make_setup,
-steps.make_pretrain_step and make_eval_step, on a mesh of the target's devices); only the inputs
+Everything the run would build is built the same way (assembly.py's setup and train step,
+steps.make_eval_step, on a mesh of the target's devices); only the inputs
 are abstract (ShapeDtypeStructs carrying their NamedShardings), so nothing is allocated. Each
 distinct shape of the run's phases (batch, row length, prediction slots) is compiled, so a run
 that fits at its first row length is known to fit at its last. Per step and shape:
@@ -36,21 +36,21 @@ import jax
 import numpy as np
 
 from mlmjax.data import run_input
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data.settings import TokenizerSettings
+from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import UserError
 from mlmjax.models import bert as model_lib
 from mlmjax.models import flops as flops_lib
+from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
+from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import steps as steps_lib
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 
 GiB = 1024**3
 
@@ -79,23 +79,25 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
   with train.fit='auto' at the setting chosen for the target (fit.py)."""
   # One process per TPU host; process indices restart in each slice.
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
-  settings = config_check.checked(config, len(target.devices), num_processes,
-                                  platform=target.platform)
-  with _cudnn_said_in_one_line(settings.model.attention_impl):
-    return _compile_steps(settings, target, which)
+  parts = assembly.Assembly.of(config)  # train.phases parsed: the plan of the run
+  config_check.check(parts.settings, parts.plan, len(target.devices), num_processes,
+                     platform=target.platform)
+  with _cudnn_said_in_one_line(parts.settings.model.attention_impl):
+    return _compile_steps(parts, target, which)
 
 
-def _compile_steps(settings: RunSettings, target: targets.Target, which) -> list[Compiled]:
-  mesh = sharding.make_mesh(settings.mesh, target.devices)
-  vocab = vocab_size(settings.tokenizer)
+def _compile_steps(parts: assembly.Assembly, target: targets.Target, which) -> list[Compiled]:
+  mesh = sharding.make_mesh(parts.settings.mesh, target.devices)
+  vocab = vocab_size(parts.settings.tokenizer)
   choice = None
-  if settings.train.fit == "auto":
-    choice = fit.choose(settings, vocab, mesh, fit.budget_bytes(settings, target.hbm_bytes),
+  if parts.settings.train.fit == "auto":
+    choice = fit.choose(parts, vocab, mesh,
+                        fit.budget_bytes(parts.settings.train, target.hbm_bytes),
                         keep_programs=True)
-    settings = fit.apply(settings, choice)
-  setup = train_state.make_setup(settings, vocab, mesh)
+    parts = fit.apply(parts, choice)
+  setup = parts.setup(vocab, mesh)
   out, evaluated = [], set()
-  for phases, (batch, seq_len, train_slots, objective) in phases_lib.shapes(settings).items():
+  for phases, (batch, seq_len, train_slots, objective) in parts.plan.shapes().items():
     for name in which:
       if name == "eval":  # MLM's at eval.mask_rate whatever the phase trains: one a shape
         if (batch, seq_len) in evaluated:
@@ -104,7 +106,7 @@ def _compile_steps(settings: RunSettings, target: targets.Target, which) -> list
       # The fit compiled the chosen train steps already: reported, not compiled again.
       fitted = choice.programs.get((batch, seq_len, train_slots, objective)) if (
           choice is not None and name == "train") else None
-      out.append(_compile_step(name, settings, setup, vocab, target, batch, seq_len,
+      out.append(_compile_step(name, parts, setup, vocab, target, batch, seq_len,
                                train_slots, objective, fitted))
       out[-1].report["phases"] = phases  # the train.phases entries of this shape
       if name == "train":
@@ -114,24 +116,24 @@ def _compile_steps(settings: RunSettings, target: targets.Target, which) -> list
   return out
 
 
-def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, batch: int,
+def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target, batch: int,
                   seq_len: int, train_slots: int, objective: str,
                   fitted: tuple | None = None) -> Compiled:
   """The train or eval step at one phase shape and objective, and its report; `fitted`: that
   step as the fit compiled it (compiled, seconds), reported as it is."""
-  mesh = setup.mesh
+  mesh, settings = setup.mesh, parts.settings
   if name == "train":
     slots = train_slots
-    fn = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
+    fn = parts.train_step(setup, objective_kind=objective)
     state = setup.abstract_state
     predicted = phases_lib.predicted_positions(seq_len, slots, objective)
-    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, predicted)
+    per_token = parts.flops_per_token(vocab, seq_len, predicted)
   else:
     slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
-    per_token = train_state.train_flops_per_token(settings, vocab, seq_len, slots) / 3
-  args = (state, train_state.batch_spec(settings, mesh, batch, seq_len, slots))
+    per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
+  args = (state, parts.batch_spec(mesh, batch, seq_len, slots))
   tokens = batch * seq_len / mesh.size
   model_flops = per_token * tokens
   # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -145,8 +147,8 @@ def _compile_step(name: str, settings: RunSettings, setup, vocab: int, target, b
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
   compiled, compile_s = fitted or _compile(name, fn, args, target)
-  return _report(compiled, compile_s, name, settings, target, mesh, batch, seq_len, model_flops,
-                 seen)
+  return _report(compiled, compile_s, name, settings.model, settings.train.grad_accum_steps,
+                 target, mesh, batch, seq_len, model_flops, seen)
 
 
 def _compile(name, fn, args, target) -> tuple:
@@ -177,21 +179,20 @@ def _cudnn_said_in_one_line(attention_impl: str):
         " model.attention_impl='pallas_gpu'") from None
 
 
-def _report(compiled, compile_s: float, name: str, settings: RunSettings, target, mesh,
-            batch: int, seq_len: int, model_flops, seen_flops) -> Compiled:
+def _report(compiled, compile_s: float, name: str, m_cfg: ModelSettings, grad_accum_steps: int,
+            target, mesh, batch: int, seq_len: int, model_flops, seen_flops) -> Compiled:
   text = compiled.as_text()
   mem = fit.memory_bytes(compiled)
   total = mem["total"]
   cost = compiled.cost_analysis() or {}  # None on GPU
   cost = cost[0] if isinstance(cost, list) else cost
   compiler_flops = cost.get("flops")
-  m_cfg = settings.model
   report = {
       "step": name, "target": target.name, "device": target.device_kind,
       "devices": mesh.size, "mesh": dict(mesh.shape),
       "dtype": str(np.dtype(model_lib.compute_dtype(m_cfg.dtype, target.platform))),
       "attention_impl": m_cfg.attention_impl, "attention_kernels": hlo.attention_kernels(text),
-      "remat": m_cfg.remat, "grad_accum_steps": settings.train.grad_accum_steps,
+      "remat": m_cfg.remat, "grad_accum_steps": grad_accum_steps,
       "scan_layers": m_cfg.scan_layers, "batch": batch, "seq_len": seq_len,
       "memory_bytes": {**mem, "device": target.hbm_bytes},
       "memory_gib": round(total / GiB, 3), "device_gib": round(target.hbm_bytes / GiB, 2),

@@ -16,18 +16,16 @@ import time
 import jax
 import numpy as np
 
-from mlmjax.data import prepared
+from mlmjax.data.prepared import reader
 from mlmjax.models import bert
 from mlmjax.models import flops
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import metrics
-from mlmjax.training import phases
-from mlmjax.training import steps
 from mlmjax.training import train
-from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 
 def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_steps: int = 0,
@@ -36,21 +34,22 @@ def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_step
   steps), its host pipeline for `input_seconds` (0: not measured) and the input wait of a
   `loop_steps` training run (0: not run), in a temporary workdir; one flat dict. With
   `trace_dir`, a profile trace of 3 more steps goes there."""
-  settings = config_check.checked(config)
+  parts = config_check.checked(config)
   with tempfile.TemporaryDirectory() as tmp:
-    return _measure(settings, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps,
+    return _measure(parts, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps,
                     trace_dir)
 
 
-def _measure(settings: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: int,
+def _measure(parts: assembly.Assembly, run_dir: workdir_lib.Workdir, timed_steps: int,
              input_seconds: float, loop_steps: int, trace_dir: str) -> dict:
-  inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
-  if not settings.tokenizer.path and os.path.exists(run_dir.tokenizer):
+  inp = parts.input(run_dir.tokenizers, run_dir.vocab_stats)
+  if not parts.settings.tokenizer.path and os.path.exists(run_dir.tokenizer):
     # The input and loop measurements reuse the tokenizer just trained instead of each
     # training it again.
-    settings = settings.replace(tokenizer={"path": run_dir.tokenizer})
+    parts = parts.with_settings(parts.settings.replace(tokenizer={"path": run_dir.tokenizer}))
+  settings = parts.settings
   vocab_size = inp.tokenizer.vocab_size
-  it = inp.train_iter(phases.base_shape(settings))
+  it = inp.train_iter(parts.plan.whole_run)
   batch = it.next_masked()
   it.close()
   model = settings.model
@@ -59,10 +58,10 @@ def _measure(settings: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: i
          "attention_impl": model.attention_impl, "remat": model.remat,
          "scan_layers": model.scan_layers,
          "batch": settings.train.batch_size, "seq_len": settings.data.seq_len}
-  out.update(_train_step(settings, vocab_size, batch, timed_steps, trace_dir))
+  out.update(_train_step(parts, vocab_size, batch, timed_steps, trace_dir))
   tokens = settings.train.batch_size * settings.data.seq_len
   step_s = out["step_ms_median"] / 1e3
-  per_token = train_state.train_flops_per_token(settings, vocab_size)
+  per_token = parts.flops_per_token(vocab_size)
   achieved = per_token * tokens / step_s
   out.update({
       "tokens_per_sec": tokens / step_s,
@@ -80,17 +79,17 @@ def _measure(settings: RunSettings, run_dir: workdir_lib.Workdir, timed_steps: i
       "mfu_rated_peak": None if rated is None else achieved / (rated * n),
   })
   if input_seconds > 0:
-    out.update(_input(settings, input_seconds))
+    out.update(_input(parts, input_seconds))
   if loop_steps > 0:
     out["input_wait_fraction"] = _input_wait(settings, loop_steps)
   return out
 
 
-def _train_step(settings: RunSettings, vocab_size: int, batch, timed_steps: int,
+def _train_step(parts: assembly.Assembly, vocab_size: int, batch, timed_steps: int,
                 trace_dir: str) -> dict:
-  mesh = sharding.make_mesh(settings.mesh)
-  setup = train_state.make_setup(settings, vocab_size, mesh)
-  step = steps.make_pretrain_step(setup, settings)
+  mesh = sharding.make_mesh(parts.settings.mesh)
+  setup = parts.setup(vocab_size, mesh)
+  step = parts.train_step(setup)
   state = setup.init_fn()
   batch = sharding.to_device(batch, mesh)
   t = time.perf_counter()
@@ -129,13 +128,13 @@ def _train_step(settings: RunSettings, vocab_size: int, batch, timed_steps: int,
   }
 
 
-def _input(settings: RunSettings, seconds: float) -> dict:
+def _input(parts: assembly.Assembly, seconds: float) -> dict:
   """Input tokens/s alone: the run's, and with prepared data also its text's."""
-  data = settings.data
-  out = {"input_tokens_per_sec": input_throughput(settings, seconds)["tokens_per_sec"],
-         "input": f"{data.source}, {data.format}, {settings.masking.strategy},"
+  data = parts.settings.data
+  out = {"input_tokens_per_sec": input_throughput(parts, seconds)["tokens_per_sec"],
+         "input": f"{data.source}, {data.format}, {parts.settings.masking.strategy},"
                   f" {data.worker_count} workers"}
-  raw = raw_text_settings(settings)
+  raw = raw_text(parts)
   if raw is not None:
     out["input_raw_tokens_per_sec"] = input_throughput(raw, seconds)["tokens_per_sec"]
   return out
@@ -154,14 +153,14 @@ def _input_wait(settings: RunSettings, steps_run: int) -> float:
   return statistics.mean(waits[1:] or waits)
 
 
-def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
+def input_throughput(parts: assembly.Assembly, seconds: float = 3.0) -> dict:
   """Batches of the run's training input made for `seconds` in this process (and its grain
   workers, if `data.worker_count` > 0), after one warm-up batch (worker start-up, the first
   window). Tokenizer and stats come from the settings or the prepared data, as in a run."""
   with tempfile.TemporaryDirectory() as tmp:
     run_dir = workdir_lib.Workdir(tmp)
-    inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
-  it = inp.train_iter(phases.base_shape(settings))
+    inp = parts.input(run_dir.tokenizers, run_dir.vocab_stats)
+  it = inp.train_iter(parts.plan.whole_run)
   try:
     next(it)
     tokens = real = batches = 0
@@ -174,9 +173,10 @@ def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
     elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
   finally:
     it.close()
-  data = settings.data
-  out = {"source": data.source, "format": data.format, "strategy": settings.masking.strategy,
-         "seq_len": data.seq_len, "batch_size": settings.train.batch_size,
+  data = parts.settings.data
+  out = {"source": data.source, "format": data.format,
+         "strategy": parts.settings.masking.strategy,
+         "seq_len": data.seq_len, "batch_size": parts.settings.train.batch_size,
          "worker_count": data.worker_count, "batches": batches,
          "tokens_per_sec": round(tokens / elapsed), "real_tokens_per_sec": round(real / elapsed)}
   if not data.worker_count:  # this process did all the work: its CPU time ignores other load
@@ -184,11 +184,11 @@ def input_throughput(settings: RunSettings, seconds: float = 3.0) -> dict:
   return out
 
 
-def raw_text_settings(settings: RunSettings) -> RunSettings | None:
-  """With prepared data, the same settings reading the text it was prepared from with the same
+def raw_text(parts: assembly.Assembly) -> assembly.Assembly | None:
+  """With prepared data, the same run reading the text it was prepared from with the same
   tokenizer (the cost of tokenizing every epoch); else None."""
-  if not prepared.is_prepared(settings.data.source):
+  if not reader.is_prepared(parts.settings.data.source):
     return None
-  data = prepared.open_source(settings.data.source)
-  return settings.replace(data={"source": data.manifest["source"]},
-                   tokenizer={"path": data.tokenizer_path})
+  data = reader.open_source(parts.settings.data.source)
+  return parts.with_settings(parts.settings.replace(data={"source": data.manifest["source"]},
+                                                    tokenizer={"path": data.tokenizer_path}))

@@ -1,8 +1,9 @@
 """The rules across a run's config sections and its devices, checked at once before a run
 writes anything to its workdir.
 
-Each section's own rules are checked where its settings are made (training/settings.py lists
-the classes); `checked(config)` makes them and then runs `check`. Every rule raises
+Each section's own rules are checked where its settings are made (run_settings.py lists the
+classes); `checked(config)` makes them, plans the phases once (phases.py) and then runs
+`check`. Each rule takes the plan and the sections it checks. Every rule raises
 errors.ConfigError with a message naming the key(s) to change. Rules that need the data (a
 corpus too small, a tokenizer that does not match a checkpoint) are checked where the data is
 read.
@@ -14,71 +15,79 @@ import jax
 import numpy as np
 
 from mlmjax import paths
-from mlmjax.data import formats
+from mlmjax.data.rows import formats
 from mlmjax.data import masking
-from mlmjax.data import mixture
+from mlmjax.data.corpora import mixture
 from mlmjax.errors import ConfigError
 from mlmjax.hf import importer
 from mlmjax.models import attention
 from mlmjax.models import bert as model_lib
 from mlmjax.models import electra
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import phases as phases_lib
-from mlmjax.training.settings import RunSettings
+from mlmjax.data.settings import InputSettings
+from mlmjax.models.settings import ModelSettings
+from mlmjax.parallel.settings import MeshSettings
+from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import ObjectiveSettings, TrainSettings
 
 
 def checked(config, num_devices: int | None = None, num_processes: int | None = None,
-            platform: str | None = None) -> RunSettings:
-  """`config` (a ConfigDict, or settings already made) as RunSettings, every rule checked."""
-  settings = RunSettings.from_config(config)
-  check(settings, num_devices, num_processes, platform)
-  return settings
+            platform: str | None = None) -> assembly.Assembly:
+  """`config` (a ConfigDict, or settings already made) as a run's assembly (its settings and
+  plan), every rule checked."""
+  parts = assembly.Assembly.of(config)
+  check(parts.settings, parts.plan, num_devices, num_processes, platform)
+  return parts
 
 
-def check(settings: RunSettings, num_devices: int | None = None,
+def check(settings: RunSettings, plan: phases_lib.Plan, num_devices: int | None = None,
           num_processes: int | None = None, platform: str | None = None) -> None:
-  """All rules across sections; `num_devices`/`num_processes`/`platform` default to this
-  run's (jax's); a compile for another target (training/aot.py) passes the target's."""
+  """All rules across sections (`plan`: the run's phases); `num_devices`/`num_processes`/
+  `platform` default to this run's (jax's); a compile for another target (training/aot.py)
+  passes the target's."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes
   importer.init_from_folder(settings.init_from)
-  check_saved(settings, platform)
-  _check_run_mesh(settings, num_devices, num_processes)
+  check_saved(settings, plan, platform)
+  check_mesh(settings.mesh, settings.train, settings.data, plan, num_devices, num_processes)
   if settings.masking.entity_gazetteer and "entity" in settings.masking.in_use():
     _check_gazetteer(settings.masking.entity_gazetteer)
 
 
-def check_saved(settings: RunSettings, platform: str | None = None) -> None:
+def check_saved(settings: RunSettings, plan: phases_lib.Plan, platform: str | None = None
+                ) -> None:
   """The rules a saved run's settings must still meet for its checkpoint to load (the model,
   its objective, the phases; saved_config.py): not those of this machine's devices, nor of
   files only training reads (a corpus, a gazetteer, an init_from folder)."""
-  _check_attention(settings, platform)
-  _check_mixture_phases(settings)
-  _check_phases(settings)
-  _check_objective(settings)
+  _check_attention(settings.model, plan, platform)
+  _check_mixture_phases(settings.data, plan)
+  _check_phases(plan, settings.model, settings.data, settings.masking)
+  _check_objective(settings.objective, settings.model, settings.data, plan)
 
 
-def _check_objective(settings: RunSettings) -> None:
-  objective = settings.objective
+def _check_objective(objective: ObjectiveSettings, model: ModelSettings, data: InputSettings,
+                     plan: phases_lib.Plan) -> None:
   if objective.kind == "electra":
-    if any(p.objective == "clm" for p in phases_lib.plan(settings)):
+    if any(p.objective == "clm" for p in plan.phases):
       raise ConfigError("train.phases objective 'clm' trains an encoder's own MLM head, which"
                         " objective.kind='electra' does not have: use objective.kind='mlm'")
-    if formats.has_pair_labels(settings.data.format) or objective.span_boundary_weight:
+    if formats.has_pair_labels(data.format) or objective.span_boundary_weight:
       raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
-                        f" a single-sequence data.format (not {settings.data.format!r}) and"
+                        f" a single-sequence data.format (not {data.format!r}) and"
                         " objective.span_boundary_weight=0")
-    electra.generator_settings(settings.model, objective.generator_fraction)
-  elif settings.model.embedding_size not in (0, settings.model.hidden_size):
+    electra.generator_settings(model, objective.generator_fraction)
+  elif model.embedding_size not in (0, model.hidden_size):
     raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
                       " objective.kind='electra'")
 
 
-def _check_attention(settings: RunSettings, platform: str | None = None) -> None:
+def _check_attention(model: ModelSettings, plan: phases_lib.Plan,
+                     platform: str | None = None) -> None:
   """What the attention kernel can do on the platform compiled for, at the longest phase."""
-  model = settings.model
   why = attention.check(model.attention_impl, model_lib.compute_dtype(model.dtype, platform),
-                        max(p.seq_len for p in phases_lib.plan(settings)), platform,
+                        max(p.seq_len for p in plan.phases), platform,
                         window=model.local_attention_window)
   if why:
     raise ConfigError(f"model.attention_impl={model.attention_impl!r} {why}")
@@ -88,12 +97,11 @@ def _check_attention(settings: RunSettings, platform: str | None = None) -> None
                       f"{model.attention_dropout_rate}: set it to 0, or use 'auto'")
 
 
-def _check_mixture_phases(settings: RunSettings) -> None:
+def _check_mixture_phases(data: InputSettings, plan: phases_lib.Plan) -> None:
   """One group of data.sources_phase_weights per phase, each parsing (mixture.py)."""
-  data = settings.data
   if not data.sources:
     return
-  num_phases = len(phases_lib.plan(settings))
+  num_phases = len(plan.phases)
   for phase in range(num_phases):
     mixture.phase_weights(data, phase)
   groups = [g for g in data.sources_phase_weights.split(";") if g.strip()]
@@ -110,27 +118,27 @@ def _check_gazetteer(path: str) -> None:
       raise ConfigError(f"masking.entity_gazetteer: {path!r} has no phrases (one per line)")
 
 
-def _check_phases(settings: RunSettings) -> None:
+def _check_phases(plan: phases_lib.Plan, model: ModelSettings, data: InputSettings,
+                  m: masking.Settings) -> None:
   """Each phase's rows fit the model and the format, and hold the predictions its highest
   mask rate wants; static masks take no rate schedule."""
-  if phases_lib.schedules_mask_rate(settings) and "static" in settings.masking.in_use():
+  if plan.mask_rates is not None and "static" in m.in_use():
     raise ConfigError("masking.strategy 'static' masks are fixed: they take no mask rate"
                       " schedule (set masking.mask_rate_schedule='constant', no phase rates)")
-  rates = phases_lib.mask_rates(settings)
-  min_len = 5 if formats.has_pair_labels(settings.data.format) else 3
-  limit = settings.model.max_position_embeddings
-  for phase in phases_lib.plan(settings):
+  min_len = 5 if formats.has_pair_labels(data.format) else 3
+  limit = model.max_position_embeddings
+  for phase in plan.phases:
     if phase.seq_len > limit:
       raise ConfigError(f"data.seq_len={phase.seq_len} exceeds"
                         f" model.max_position_embeddings={limit}")
     if phase.seq_len < min_len:
       raise ConfigError(f"data.seq_len={phase.seq_len} must be >= {min_len} for"
-                        f" data.format={settings.data.format!r}")
+                        f" data.format={data.format!r}")
     # A full row holds seq_len - 2 maskable tokens; the masker's own budget formula says how
     # many predictions it wants at the phase's highest rate.
-    rate = round(rates.peak(phase.start, phase.end), 6)
+    rate = round(plan.peak_rate(phase, m.mask_rate), 6)
     _, wanted = masking.budget(phase.seq_len - 2, rate, phase.max_predictions)
-    what = (f"the phase's highest mask rate {rate}" if phases_lib.schedules_mask_rate(settings)
+    what = (f"the phase's highest mask rate {rate}" if plan.mask_rates is not None
             else f"masking.mask_rate={rate}")
     if phase.max_predictions < wanted:
       raise ConfigError(
@@ -139,11 +147,15 @@ def _check_phases(settings: RunSettings) -> None:
           f" least {int(wanted)}")
 
 
-def _check_run_mesh(settings: RunSettings, num_devices: int, num_processes: int) -> None:
-  train = settings.train
-  _check_mesh_and_batch(settings.mesh.shape, phases_lib.batch_sizes(train),
-                        train.grad_accum_steps, settings.data.num_shards, num_devices,
-                        num_processes)
+def check_mesh(mesh: MeshSettings, train: TrainSettings, data: InputSettings,
+               plan: phases_lib.Plan, num_devices: int | None = None,
+               num_processes: int | None = None) -> None:
+  """The mesh and batch rules, against `num_devices` and `num_processes` (default: this
+  machine's; a finished run loaded somewhere other than where it trained)."""
+  _check_mesh_and_batch(mesh.shape, plan.batch_sizes(), train.grad_accum_steps,
+                        data.num_shards,
+                        jax.device_count() if num_devices is None else num_devices,
+                        jax.process_count() if num_processes is None else num_processes)
 
 
 def _check_mesh_and_batch(shape: tuple, batch_sizes: list[int], grad_accum_steps: int,
@@ -168,12 +180,6 @@ def _check_mesh_and_batch(shape: tuple, batch_sizes: list[int], grad_accum_steps
     if num_shards < 0 or shards % num_processes or size % shards:
       raise ConfigError(f"data.num_shards={shards} must be a multiple of the {num_processes}"
                         f" processes and divide train.batch_size={size}")
-
-
-def check_mesh(settings: RunSettings) -> None:
-  """The mesh and batch rules alone, against this machine's devices (a finished run loaded
-  somewhere other than where it trained)."""
-  _check_run_mesh(settings, jax.device_count(), jax.process_count())
 
 
 def check_batch_on_mesh(shape: tuple, batch_size: int, num_devices: int | None = None,

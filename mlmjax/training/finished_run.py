@@ -6,17 +6,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from absl import logging
 import jax
 from flax import nnx
 
 from mlmjax import errors
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import config_check
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 
 @dataclasses.dataclass
@@ -28,6 +30,7 @@ class FinishedRun:
   step: int
   state: train_state.State  # {"step", "params", "opt_state"}
   setup: train_state.MeshSetup  # the mesh, shardings and graph it was restored onto
+  plan: phases_lib.Plan  # its phases (train.phases parsed)
 
   @property
   def graphdef(self) -> nnx.GraphDef:
@@ -48,14 +51,23 @@ class FinishedRun:
     return self._apply(self.state["params"], batch)
 
 
-def load(path: str, step: int | None = None,
-             mesh: jax.sharding.Mesh | None = None) -> FinishedRun:
+def load(path: str, step: int | None = None, mesh: jax.sharding.Mesh | str | None = None
+         ) -> FinishedRun:
   """Checkpoint `step` (default: the latest) of the run in `path`, rebuilt from the run's own
   config.json and tokenizer, whatever mesh trained it: on `mesh` (sharded by the run's
-  mesh.rules), by default on the first device."""
+  mesh.rules); mesh='run': the run's own mesh shape if this machine's devices can hold it;
+  otherwise on the first device."""
   run = workdir_lib.Workdir(path)
-  settings = run.load_config()
+  parts = run.load_run()
+  settings = parts.settings
   tok = tokenizer_lib.load(run.saved_tokenizer())
+  if mesh == "run":
+    try:
+      config_check.check_mesh(settings.mesh, settings.train, settings.data, parts.plan)
+      mesh = sharding.make_mesh(settings.mesh)
+    except errors.ConfigError as e:
+      logging.info("%s: loading onto one device", e)
+      mesh = None
   if mesh is None:
     settings = settings.replace(mesh={"shape": (1, 1, 1)})
     mesh = sharding.make_mesh(settings.mesh, devices=jax.devices()[:1])
@@ -70,10 +82,10 @@ def load(path: str, step: int | None = None,
                              f" {', '.join(map(str, ckpt.all_steps()))})")
     # The rotary base the checkpoint was trained at (a context-extension phase raises it):
     # predict, evaluate and export then run the model as it was trained.
-    phase = phases_lib.phase_at(phases_lib.plan(settings), step - 1)
-    settings = settings.replace(model={"rope_base": phase.rope_base})
-    setup = train_state.make_setup(settings, tok.vocab_size, mesh)
+    settings = settings.replace(model={"rope_base": parts.plan.at(step - 1).rope_base})
+    parts = parts.with_settings(settings)
+    setup = parts.setup(tok.vocab_size, mesh)
     state = ckpt.restore(step, setup.abstract_state).state
   finally:
     ckpt.close()
-  return FinishedRun(settings, tok, step, state, setup)
+  return FinishedRun(settings, tok, step, state, setup, parts.plan)

@@ -31,10 +31,9 @@ import jax
 from mlmjax import errors
 from mlmjax import paths
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import phases as phases_lib
-from mlmjax.training import steps as steps_lib
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.settings import TrainSettings
 
 REMATS = ("none", "dots_saveable", "full")  # least recomputation first
 GiB = 1024**3
@@ -49,7 +48,7 @@ class Choice:
   budget_bytes: int
   compiled: int  # candidates compiled to find it (0: taken from fit.json)
   # With choose(keep_programs=True): the chosen candidate's compiled train step and its compile
-  # seconds by phase shape (phases.shapes' values), which mlmjax.compile reports instead of
+  # seconds by phase shape (phases.Plan.shapes' values), which mlmjax.compile reports instead of
   # compiling the same program again. Not saved.
   programs: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -75,15 +74,20 @@ def memory_bytes(compiled) -> dict[str, int]:
   return mem
 
 
-def apply(settings: RunSettings, choice: Choice) -> RunSettings:
-  return settings.replace(train={"grad_accum_steps": choice.grad_accum_steps},
-                          model={"remat": choice.remat})
+def apply(parts: assembly.Assembly, choice: Choice) -> assembly.Assembly:
+  return candidate(parts, choice.grad_accum_steps, choice.remat)
 
 
-def budget_bytes(settings: RunSettings, device_bytes: int | None) -> int | None:
+def candidate(parts: assembly.Assembly, grad_accum_steps: int, remat: str) -> assembly.Assembly:
+  """The run with `grad_accum_steps` micro-batches and `remat` (its plan does not read them)."""
+  return parts.with_settings(parts.settings.replace(train={"grad_accum_steps": grad_accum_steps},
+                                                    model={"remat": remat}))
+
+
+def budget_bytes(train: TrainSettings, device_bytes: int | None) -> int | None:
   """train.fit_memory_gib, else `device_bytes` (None: unknown, as on a CPU)."""
-  if settings.train.fit_memory_gib > 0:
-    return int(settings.train.fit_memory_gib * GiB)
+  if train.fit_memory_gib > 0:
+    return int(train.fit_memory_gib * GiB)
   return device_bytes
 
 
@@ -93,30 +97,30 @@ def local_device_bytes() -> int | None:
   return stats.get("bytes_limit")
 
 
-def micro_batch_counts(settings: RunSettings, mesh: jax.sharding.Mesh) -> list[int]:
+def micro_batch_counts(plan: phases_lib.Plan, mesh: jax.sharding.Mesh) -> list[int]:
   """Every k for which each phase's batch splits into k micro-batches of whole rows on each
   data-parallel device."""
   dp = 1
   for axis in sharding.BATCH_AXES:
     dp *= mesh.shape[axis]
-  sizes = phases_lib.batch_sizes(settings.train)
+  sizes = plan.batch_sizes()
   return [k for k in range(1, min(sizes) // dp + 1) if all(s % (dp * k) == 0 for s in sizes)]
 
 
-def step_memory(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
+def step_memory(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,
                 budget: int | None = None, programs: dict | None = None) -> int:
-  """Per-device memory of the compiled train step of `settings`, the largest over its phase
+  """Per-device memory of the compiled train step of the run `parts`, the largest over its phase
   shapes; a program the compiler refuses as too big counts as larger than any budget. The
   shape with the most tokens is compiled first, and once one needs more than `budget` the
   rest are not compiled (the candidate does not fit whatever they need: BERT's 128-token
   phase is not compiled for a candidate whose 512-token phase is over). `programs`, if given,
   gets each shape's compiled step and compile seconds."""
-  setup = train_state.make_setup(settings, vocab_size, mesh)
+  setup = parts.setup(vocab_size, mesh)
   largest = 0
-  shapes = sorted(phases_lib.shapes(settings).values(), key=lambda s: -s[0] * s[1])
+  shapes = sorted(parts.plan.shapes().values(), key=lambda s: -s[0] * s[1])
   for batch_size, seq_len, predictions, objective in shapes:
-    batch = train_state.batch_spec(settings, mesh, batch_size, seq_len, predictions)
-    step = steps_lib.make_pretrain_step(setup, settings, objective_kind=objective)
+    batch = parts.batch_spec(mesh, batch_size, seq_len, predictions)
+    step = parts.train_step(setup, objective_kind=objective)
     start = time.perf_counter()
     try:
       compiled = step.lower(setup.abstract_state, batch).compile()
@@ -138,20 +142,20 @@ def _needs(nbytes: int) -> str:
   return f"needs {nbytes / GiB:.2f} GiB" if nbytes < _TOO_BIG else "is too big for the compiler"
 
 
-def choose(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
+def choose(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,
            budget: int, keep_programs: bool = False) -> Choice:
   """The fewest micro-batches, then the least recomputation, that fit `budget` bytes per
   device (module docstring); a ConfigError when nothing does. `keep_programs`: the choice
   carries its compiled train steps (Choice.programs)."""
-  counts = micro_batch_counts(settings, mesh)
+  counts = micro_batch_counts(parts.plan, mesh)
   measured: dict[tuple[int, str], int] = {}
   kept: dict[tuple[int, str], dict] = {}  # the compiled steps of candidates that fit
 
   def need(k: int, remat: str) -> int:
     if (k, remat) not in measured:
-      candidate = settings.replace(train={"grad_accum_steps": k}, model={"remat": remat})
       programs = {} if keep_programs else None
-      measured[k, remat] = step_memory(candidate, vocab_size, mesh, budget, programs)
+      measured[k, remat] = step_memory(candidate(parts, k, remat), vocab_size, mesh, budget,
+                                       programs)
       if keep_programs and measured[k, remat] <= budget:  # only these can be chosen, and
         kept[k, remat] = programs  # then none with more micro-batches: those are let go
         for more in [c for c in kept if c[0] > k]:
@@ -207,41 +211,43 @@ def _bisect(fits, low: int, high: int) -> int:
   return high
 
 
-def _made_for(settings: RunSettings, mesh: jax.sharding.Mesh, budget: int | None) -> dict:
+def _made_for(parts: assembly.Assembly, mesh: jax.sharding.Mesh, budget: int | None) -> dict:
   """What a choice depends on: a saved one is reused only for the same."""
+  settings = parts.settings
   model = dataclasses.asdict(settings.model)
   del model["remat"]
   return {"devices": mesh.size, "device_kind": mesh.devices.flat[0].device_kind,
           "mesh": dict(mesh.shape), "budget_bytes": budget, "model": model,
           "objective": dataclasses.asdict(settings.objective), "format": settings.data.format,
-          "shapes": list(phases_lib.shapes(settings).values()),
+          "shapes": list(parts.plan.shapes().values()),
           "optimizer": settings.train.optimizer}
 
 
-def resolve(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh,
-            record: str) -> RunSettings:
-  """`settings` with the choice for this mesh: the one saved at `record` (WORKDIR/fit.json) if
-  it was made for the same, else a new one, saved there."""
-  budget = budget_bytes(settings, local_device_bytes())
-  made_for = json.loads(json.dumps(_made_for(settings, mesh, budget)))  # as it reads back
+def resolve(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,
+            record: str) -> assembly.Assembly:
+  """The run `parts` with the choice for this mesh: the one saved at `record`
+  (WORKDIR/fit.json) if it was made for the same, else a new one, saved there."""
+  settings = parts.settings
+  budget = budget_bytes(settings.train, local_device_bytes())
+  made_for = json.loads(json.dumps(_made_for(parts, mesh, budget)))  # as it reads back
   if paths.exists(record):
     saved = json.loads(paths.read_text(record))
     if saved.get("made_for") == made_for:
       choice = Choice(**{**saved["choice"], "compiled": 0})
       logging.info("Fit (from %s): %s", record, choice.summary())
-      return apply(settings, choice)
+      return apply(parts, choice)
     logging.info("Fit: %s was made for other devices or settings; choosing again", record)
   if budget is None:
     logging.info("Fit: %s reports no memory limit; set train.fit_memory_gib to fit one."
                  " Keeping train.grad_accum_steps=%d, model.remat=%r",
                  mesh.devices.flat[0].device_kind, settings.train.grad_accum_steps,
                  settings.model.remat)
-    return settings
-  choice = choose(settings, vocab_size, mesh, budget)
+    return parts
+  choice = choose(parts, vocab_size, mesh, budget)
   logging.info("Fit: %s (%d candidates compiled)", choice.summary(), choice.compiled)
   if jax.process_index() == 0:
     saved_choice = {k: getattr(choice, k)
                     for k in ("grad_accum_steps", "remat", "memory_bytes", "budget_bytes")}
     paths.write_atomic(record, json.dumps({"choice": saved_choice, "made_for": made_for},
                                           indent=2) + "\n")
-  return apply(settings, choice)
+  return apply(parts, choice)

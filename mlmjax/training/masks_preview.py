@@ -12,43 +12,42 @@ import dataclasses
 
 from absl import logging
 
-from mlmjax.data import annotation
-from mlmjax.data import mixture
+from mlmjax.data.text import annotation
+from mlmjax.data.corpora import mixture
 from mlmjax.data import pipeline
-from mlmjax.data import prepared
+from mlmjax.data.prepared import reader
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import display
-from mlmjax.training import phases
-from mlmjax.training import train_state
+from mlmjax.training import assembly
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.training.settings import RunSettings
 
 _NGRAM_DOCUMENTS = 1000  # documents counted for the n-gram share when the run counts none
 
 
-def _annotator(settings) -> annotation.Annotator | None:
+def _annotator(masking_settings) -> annotation.Annotator | None:
   """spaCy's parse and entities for the summary, or None where spaCy or the pipeline is not
   installed (the masking itself needs neither)."""
   try:
-    annotation.load_pipeline(settings.masking.nlp_pipeline, parse=True, ner=True)
+    annotation.load_pipeline(masking_settings.nlp_pipeline, parse=True, ner=True)
   except annotation.AnnotatorError as e:
     logging.warning("%s: the entity and noun-chunk shares are left out", e)
     return None
-  return annotation.Annotator(settings.masking.nlp_pipeline)
+  return annotation.Annotator(masking_settings.nlp_pipeline)
 
 
-def show(settings: RunSettings, workdir: str, count: int) -> tuple[list[dict], dict]:
+def show(parts: assembly.Assembly, workdir: str, count: int) -> tuple[list[dict], dict]:
   """(the first `count` rows, the summary of the whole batch) of the run's first batch."""
-  settings = settings.replace(data={"worker_count": 0})  # one batch: no worker processes
+  # one batch: no worker processes
+  parts = parts.with_settings(parts.settings.replace(data={"worker_count": 0}))
+  settings = parts.settings
   run_dir = workdir_lib.Workdir(workdir)
-  inp = train_state.build_input(settings, run_dir.tokenizers, run_dir.vocab_stats)
-  annotator = _annotator(settings)
+  inp = parts.input(run_dir.tokenizers, run_dir.vocab_stats)
+  annotator = _annotator(settings.masking)
   source = inp.train_source
   # Raw text (not a mixture, whose weights apply to its parts): annotated as it is read.
-  if annotator is not None and not isinstance(source, (mixture.Mixture, prepared.PreparedSplit)):
+  if annotator is not None and not isinstance(source, (mixture.Mixture, reader.PreparedSplit)):
     source = pipeline.DocumentReader(source, inp.tokenizer.to_bytes(), annotator)
-  host = dataclasses.replace(inp, train_source=source).train_iter(
-      phases.base_shape(settings))
+  host = dataclasses.replace(inp, train_source=source).train_iter(parts.plan.whole_run)
   host.masks_late = True  # take the batch unmasked, then mask it keeping its annotations
   batch = next(host)
   host.close()

@@ -20,11 +20,11 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from optax import contrib as optax_contrib
 
 from mlmjax.models import param_names
-from mlmjax.training import phases
 from mlmjax.training.settings import TrainSettings
 
 
@@ -35,26 +35,32 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
   return optax.linear_schedule(peak, end, steps)
 
 
-def learning_rate_schedule(train_config: TrainSettings) -> optax.Schedule:
+# (step, tokens seen after it) at every phase boundary (training/phases.py's Plan.step_tokens).
+StepTokens = tuple[np.ndarray, np.ndarray]
+
+
+def learning_rate_schedule(train_config: TrainSettings,
+                           step_tokens: StepTokens | None = None) -> optax.Schedule:
   """The schedule of the module docstring, as a function of the step; with
   `train.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
   by_step = _step_schedule(train_config)
   if train_config.schedule_unit == "steps":
     return by_step
-  clock = token_clock(train_config)
+  if step_tokens is None:  # every step alike (no phases)
+    step_tokens = (np.asarray([0.0, train_config.steps]), np.asarray([0.0, 1.0]))
+  clock = token_clock(train_config.steps, step_tokens)
   return lambda step: by_step(clock(step))
 
 
-def token_clock(train_config: TrainSettings):
+def token_clock(total_steps: int, step_tokens: StepTokens):
   """step -> the step at which a run with every step alike would have seen as many tokens:
   train.steps x (tokens seen / the run's tokens), piecewise linear over the phases. Warmup
   and decay then follow the tokens when the batch or the row length grows by phase (a batch
   warmup's small first steps do not use up the warmup)."""
-  steps, tokens = phases.step_tokens(train_config)
+  steps, tokens = step_tokens
   fraction = jnp.asarray(tokens / tokens[-1], jnp.float32)
   steps = jnp.asarray(steps, jnp.float32)
-  return lambda step: jnp.interp(jnp.asarray(step, jnp.float32), steps, fraction) * (
-      train_config.steps)
+  return lambda step: jnp.interp(jnp.asarray(step, jnp.float32), steps, fraction) * total_steps
 
 
 def _step_schedule(train_config: TrainSettings) -> optax.Schedule:
@@ -139,7 +145,8 @@ def scale_by_step_schedule(schedule: optax.Schedule) -> optax.GradientTransforma
   return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(train_config: TrainSettings) -> optax.GradientTransformationExtraArgs:
+def make_optimizer(train_config: TrainSettings, step_tokens: StepTokens | None = None
+                   ) -> optax.GradientTransformationExtraArgs:
   """Clip + AdamW or LAMB, behind optax.apply_if_finite: a step whose gradients hold a NaN or
   Inf changes neither the parameters nor the optimizer state (the trainer's policy then
   decides whether to go on, see train.nonfinite_policy). Updates take `step=`.
@@ -166,6 +173,6 @@ def make_optimizer(train_config: TrainSettings) -> optax.GradientTransformationE
   if t.optimizer == "lamb":
     adam.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
   inner = optax.chain(optax.clip_by_global_norm(t.grad_clip_norm), *adam,
-                      scale_by_step_schedule(learning_rate_schedule(t)))
+                      scale_by_step_schedule(learning_rate_schedule(t, step_tokens)))
   # Never "give up and apply" (optax's fallback): the host stops the run instead.
   return optax.apply_if_finite(inner, max_consecutive_errors=2**31 - 1)

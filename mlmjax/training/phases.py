@@ -17,6 +17,9 @@ Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`.
 the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
 shapes (with its own seed, so it does not replay the first phase's document order), and the
 train step for the new rotary base.
+
+`plan(settings)` parses train.phases into a `Plan`, once at the start of a run, of a compile
+and of an evaluation; everything below takes the plan (or a phase of it), never the tuples.
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ import dataclasses
 import numpy as np
 
 from mlmjax.data import masking
-from mlmjax.training.settings import RunSettings, TrainSettings
+from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import TrainSettings
 
 # Data seeds of successive phases are this far apart.
 _PHASE_SEED_STRIDE = 7919
@@ -65,9 +69,77 @@ def options(entry) -> dict:
   return dict(entry[3]) if len(entry) > 3 else {}
 
 
-def _spec(settings: RunSettings) -> tuple:
-  return settings.train.phases or (
-      (1.0, settings.data.seq_len, settings.masking.max_predictions_per_seq),)
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """train.phases parsed: what every part of a run reads of its phases."""
+
+  phases: tuple[Phase, ...]
+  # The mask rate by step (None: masking.mask_rate throughout); phases take their piece.
+  mask_rates: masking.RateSchedule | None
+  # The whole run as one phase of data.seq_len, masking.max_predictions_per_seq and
+  # train.batch_size, whatever train.phases says (the shape the benchmarks measure).
+  whole_run: Phase
+  # (step, tokens seen after it) at every phase boundary: the optimizer's token clock.
+  step_tokens: tuple[np.ndarray, np.ndarray]
+
+  # A plan is the sequence of its phases.
+  def __iter__(self):
+    return iter(self.phases)
+
+  def __getitem__(self, index: int) -> Phase:
+    return self.phases[index]
+
+  def __len__(self) -> int:
+    return len(self.phases)
+
+  def at(self, steps_done: int) -> Phase:
+    """The phase that trains step `steps_done + 1` (the last phase once training is over)."""
+    for phase in self.phases:
+      if steps_done < phase.end:
+        return phase
+    return self.phases[-1]
+
+  def shapes(self) -> dict[tuple[int, ...], tuple[int, int, int, str]]:
+    """The run's distinct train steps, (batch, seq_len, prediction slots, objective), by the
+    indices of the phases that have each: what a compile must check."""
+    out: dict[tuple[int, int, int, str], list[int]] = {}
+    for phase in self.phases:
+      out.setdefault((phase.batch_size, phase.seq_len, phase.max_predictions, phase.objective),
+                     []).append(phase.index)
+    return {tuple(indices): shape for shape, indices in out.items()}
+
+  def batch_sizes(self) -> list[int]:
+    """Every global batch size of the run (train.batch_size and the phases'), ascending."""
+    return sorted({self.whole_run.batch_size, *(p.batch_size for p in self.phases)})
+
+  def peak_rate(self, phase: Phase, mask_rate: float) -> float:
+    """The highest mask rate of `phase` (`mask_rate` where the rate is constant)."""
+    return mask_rate if self.mask_rates is None else self.mask_rates.peak(phase.start, phase.end)
+
+
+def plan(settings: RunSettings) -> Plan:
+  """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
+  train, m = settings.train, settings.masking
+  spec = train.phases or ((1.0, settings.data.seq_len, m.max_predictions_per_seq),)
+  rates = _mask_rates(spec, m, train.steps)
+  phases = []
+  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, train.steps))):
+    opts = options(entry)
+    seq_len, slots = int(entry[1]), int(entry[2])
+    if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
+      _, wanted = masking.budget(seq_len - 2, rates.peak(start, end), slots)
+      slots = min(slots, int(wanted))
+    own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
+           if "mask_rate" in opts else None)
+    phases.append(Phase(i, start, end, seq_len, slots,
+                        int(opts.get("batch_size", train.batch_size)),
+                        float(opts.get("rope_base", settings.model.rope_base)),
+                        settings.seed + _PHASE_SEED_STRIDE * i, own,
+                        opts.get("objective", settings.objective.kind)))
+  whole_run = Phase(0, 0, train.steps, settings.data.seq_len, m.max_predictions_per_seq,
+                    train.batch_size, settings.model.rope_base, settings.seed,
+                    objective=settings.objective.kind)
+  return Plan(tuple(phases), rates, whole_run, step_tokens(train))
 
 
 def _bounds(spec, total: int) -> list[tuple[int, int]]:
@@ -81,83 +153,24 @@ def _bounds(spec, total: int) -> list[tuple[int, int]]:
   return out
 
 
-def mask_rates(settings: RunSettings) -> masking.RateSchedule:
-  """The run's mask rate by step: a phase naming `mask_rate` gets a segment of its own, the
-  others follow the run-long masking.mask_rate -> mask_rate_end."""
-  m, total = settings.masking, settings.train.steps
+def _mask_rates(spec, m: masking.Settings, total: int) -> masking.RateSchedule | None:
+  """The run's mask rate by step, None if it never changes: a phase naming `mask_rate` gets a
+  segment of its own, the others follow the run-long masking.mask_rate -> mask_rate_end."""
+  own = [options(e) for e in spec]
+  if m.mask_rate_schedule == "constant" and not any("mask_rate" in o for o in own):
+    return None
   run_end = m.mask_rate if m.mask_rate_schedule == "constant" else m.mask_rate_end
-  run_long = masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
-                                  m.mask_rate_schedule)
+  if not any("mask_rate" in o for o in own):  # one segment: a cosine stays one cosine
+    return masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
+                                m.mask_rate_schedule)
   segments = []
-  for entry, (start, end) in zip(_spec(settings), _bounds(_spec(settings), total)):
-    opts = options(entry)
+  for opts, (start, end) in zip(own, _bounds(spec, total)):
     if "mask_rate" in opts:
       rate = float(opts["mask_rate"])
       segments.append(masking.Segment(start, end, rate, float(opts.get("mask_rate_end", rate))))
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
-  if not any("mask_rate" in options(e) for e in _spec(settings)):
-    return run_long  # one segment: a cosine stays one cosine over the run
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
-
-
-def schedules_mask_rate(settings: RunSettings) -> bool:
-  """Whether the mask rate changes during the run (else masking.mask_rate throughout)."""
-  return settings.masking.mask_rate_schedule != "constant" or any(
-      "mask_rate" in options(e) for e in _spec(settings))
-
-
-def plan(settings: RunSettings) -> list[Phase]:
-  """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
-  spec = _spec(settings)
-  rates = mask_rates(settings) if schedules_mask_rate(settings) else None
-  phases = []
-  for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, settings.train.steps))):
-    opts = options(entry)
-    seq_len, slots = int(entry[1]), int(entry[2])
-    if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
-      _, wanted = masking.budget(seq_len - 2, rates.peak(start, end), slots)
-      slots = min(slots, int(wanted))
-    own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
-           if "mask_rate" in opts else None)
-    phases.append(Phase(i, start, end, seq_len, slots,
-                        int(opts.get("batch_size", settings.train.batch_size)),
-                        float(opts.get("rope_base", settings.model.rope_base)),
-                        settings.seed + _PHASE_SEED_STRIDE * i, own,
-                        opts.get("objective", settings.objective.kind)))
-  return phases
-
-
-def shapes(settings: RunSettings) -> dict[tuple[int, ...], tuple[int, int, int, str]]:
-  """The run's distinct train steps, (batch, seq_len, prediction slots, objective), by the
-  indices of the phases that have each: what a compile must check."""
-  out: dict[tuple[int, int, int, str], list[int]] = {}
-  for phase in plan(settings):
-    out.setdefault((phase.batch_size, phase.seq_len, phase.max_predictions, phase.objective),
-                   []).append(phase.index)
-  return {tuple(indices): shape for shape, indices in out.items()}
-
-
-def base_shape(settings: RunSettings) -> Phase:
-  """The whole run as one phase of data.seq_len, masking.max_predictions_per_seq and
-  train.batch_size, whatever train.phases says (the shape the benchmarks measure)."""
-  return Phase(0, 0, settings.train.steps, settings.data.seq_len,
-               settings.masking.max_predictions_per_seq, settings.train.batch_size,
-               settings.model.rope_base, settings.seed, objective=settings.objective.kind)
-
-
-def phase_at(phases: list[Phase], steps_done: int) -> Phase:
-  """The phase that trains step `steps_done + 1` (the last phase once training is over)."""
-  for phase in phases:
-    if steps_done < phase.end:
-      return phase
-  return phases[-1]
-
-
-def batch_sizes(train_config: TrainSettings) -> list[int]:
-  """Every global batch size of the run (train.batch_size and the phases'), ascending."""
-  return sorted({train_config.batch_size, *(
-      int(options(e).get("batch_size", train_config.batch_size)) for e in train_config.phases)})
 
 
 def step_tokens(train_config: TrainSettings) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ import ml_collections
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 VERSION = 1
 VERSION_KEY = "config_version"
@@ -62,9 +62,9 @@ def defaults() -> ml_collections.ConfigDict:
   return base.get_config()
 
 
-def load(path: str) -> RunSettings:
-  """The settings (training/settings.py RunSettings) of the pretraining run saved at `path`,
-  read onto today's defaults (module doc)."""
+def load(path: str):
+  """The pretraining run saved at `path` (assembly.py's Assembly: its RunSettings, read onto
+  today's defaults (module doc), and its phases' plan), checked as its checkpoint needs."""
   saved = read(path)
   if "run" in saved:  # the record finetuning/trainer.py adds to a fine-tuning run's config
     raise errors.UserError(f"{path} is a fine-tuning run's config: give the workdir of a"
@@ -80,13 +80,14 @@ def load(path: str) -> RunSettings:
                     ", ".join(sorted(unknown)))
   # Imported here: config_check brings the model stack, which the commands that only read a
   # workdir's files (plot, tokenizer) do not need.
+  from mlmjax.training import assembly  # pylint: disable=g-import-not-at-top
   from mlmjax.training import config_check  # pylint: disable=g-import-not-at-top
   try:
-    settings = RunSettings.from_config(config)
-    config_check.check_saved(settings)
+    parts = assembly.Assembly.of(RunSettings.from_config(config))
+    config_check.check_saved(parts.settings, parts.plan)
   except errors.ConfigError as e:
     raise errors.DataError(f"{path}: {e}") from None
-  return settings
+  return parts
 
 
 def _merge(config: ml_collections.ConfigDict, saved: dict, path: str, prefix: str,

@@ -1,26 +1,16 @@
-"""A pretraining run's settings: the config turned, once, into frozen typed sections.
+"""The training sections of a run's config, typed: objective.*, train.* and eval.*.
 
-    config (configs/*.py + --config.* flags, a ConfigDict) --RunSettings.from_config-->
-      RunSettings(seed, init_from, data, tokenizer, masking, model, objective, train, mesh, eval)
-
-Each section checks the rules of its own keys where it is made (its class); the rules across
-sections and those of the devices are config_check.py's (`checked` runs both). Below the
-commands every function takes the sections it reads: models/ the model's, data/ the input's and
-masking's. config.json is written from `to_config_dict()`, the same keys as the config.
+Each checks the rules of its own keys where it is made; run_settings.py gathers them with the
+other packages' sections into a run's settings. This module imports no other section's module,
+so that the jitted steps (steps.py) that read train.* load nothing of the input pipeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import ml_collections
-
 from mlmjax import typed_settings
-from mlmjax.data.masking.settings import Settings as MaskingSettings
-from mlmjax.data.settings import InputSettings, TokenizerSettings
 from mlmjax.errors import ConfigError
-from mlmjax.models.settings import ModelSettings
-from mlmjax.parallel.settings import MeshSettings
 from mlmjax.training import profiling
 
 # The values of train.optimizer, train.schedule, ... (optimizer.py says what each does).
@@ -167,68 +157,3 @@ def check_nonfinite_policy(policy: str, max_consecutive_skips: int) -> None:
   typed_settings.one_of("train.nonfinite_policy", policy, ("skip", "stop"))
   if max_consecutive_skips < 0:
     raise ConfigError("train.max_consecutive_skips must be >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSettings:
-  """Every section of a pretraining run's config, typed; the same names as the config's."""
-
-  seed: int
-  init_from: str
-  data: InputSettings
-  tokenizer: TokenizerSettings
-  masking: MaskingSettings
-  model: ModelSettings
-  objective: ObjectiveSettings
-  train: TrainSettings
-  mesh: MeshSettings
-  eval: EvalSettings
-
-  @classmethod
-  def from_config(cls, config) -> "RunSettings":
-    """A pretraining config (configs/base.py's keys) -> settings, each section checked by its
-    own rules (the first broken one is a ConfigError naming its key)."""
-    if isinstance(config, RunSettings):
-      return config
-    values = {}
-    for field in dataclasses.fields(cls):
-      kind = _SECTIONS.get(field.name)
-      values[field.name] = kind.from_config(config[field.name]) if kind else config[field.name]
-    if not isinstance(values["seed"], int) or isinstance(values["seed"], bool):
-      raise ConfigError(f"seed={values['seed']!r} must be a whole number")
-    return cls(**values)
-
-  def to_config_dict(self) -> ml_collections.ConfigDict:
-    """The config these settings were made from (config.json's keys and values)."""
-    out = {}
-    for field in dataclasses.fields(self):
-      value = getattr(self, field.name)
-      out[field.name] = _keys(value) if dataclasses.is_dataclass(value) else value
-    return ml_collections.ConfigDict(out)
-
-  def replace(self, **changes) -> "RunSettings":
-    """A copy with some keys changed, e.g. replace(seed=1, train={"steps": 10}): each changed
-    section is made again from its keys (so values take its types and meet its rules); a key
-    the settings lack is a ConfigError."""
-    values = {}
-    for name, change in changes.items():
-      if name not in _SECTIONS and name not in ("seed", "init_from"):
-        raise ConfigError(f"{name}: no such config section or key")
-      section = getattr(self, name)
-      if isinstance(change, dict) and dataclasses.is_dataclass(section):
-        unknown = sorted(set(change) - set(_keys(section)))
-        if unknown:  # a misspelled key would otherwise be dropped without a word
-          raise ConfigError(f"{name}.{unknown[0]}: no such config key")
-        change = type(section).from_config({**_keys(section), **change})
-      values[name] = change
-    return dataclasses.replace(self, **values)
-
-
-def _keys(section) -> dict:
-  """A section's config keys and values (its init fields)."""
-  return {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if f.init}
-
-
-_SECTIONS = {"data": InputSettings, "tokenizer": TokenizerSettings, "masking": MaskingSettings,
-             "model": ModelSettings, "objective": ObjectiveSettings, "train": TrainSettings,
-             "mesh": MeshSettings, "eval": EvalSettings}

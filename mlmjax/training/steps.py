@@ -20,7 +20,7 @@ from mlmjax.training import causal_lm
 from mlmjax.training import losses
 from mlmjax.training import optimizer
 from mlmjax.training import time_budget
-from mlmjax.training.settings import ObjectiveSettings, RunSettings, TrainSettings
+from mlmjax.training.settings import ObjectiveSettings, TrainSettings
 from mlmjax.training.train_state import MeshSetup, State
 
 Sums = dict[str, jax.Array]
@@ -80,16 +80,18 @@ def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainSettings, seed: int
+def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainSettings, seed: int,
+                    step_tokens: optimizer.StepTokens | None = None
                     ) -> Callable[[State, dict], tuple[State, dict]]:
-  """(state, batch) -> (state, metrics); donates the old state's buffers.
+  """(state, batch) -> (state, metrics); donates the old state's buffers. `step_tokens`: the
+  token clock's table the optimizer was made with (optimizer.py), for the rate it logs.
 
   With `train_config.grad_accum_steps` k > 1 the global batch is split into k micro-batches
   inside the step (lax.scan): gradients and metric sums add up over them and one update is
   applied, equal to that of the whole batch. The metrics are the objective's sums plus
   `grad_norm`, `learning_rate` and `nonfinite` (1: the optimizer skipped a NaN/Inf update).
   """
-  schedule = optimizer.learning_rate_schedule(train_config)
+  schedule = optimizer.learning_rate_schedule(train_config, step_tokens)
   dropout_base = jax.random.PRNGKey(seed)
   k = int(train_config.grad_accum_steps)
 
@@ -156,18 +158,6 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
   return jax.jit(train_step, in_shardings=(setup.state_shardings, batch_sharding),
                  out_shardings=(setup.state_shardings, sharding.replicated(setup.mesh)),
                  donate_argnums=0)
-
-
-def make_pretrain_step(setup: MeshSetup, settings: RunSettings, per_token_loss: bool = False,
-                       objective_kind: str | None = None
-                       ) -> Callable[[State, dict], tuple[State, dict]]:
-  """The train step of pretraining with `settings` (its objective, optimizer schedule and
-  seed); `objective_kind` 'clm' or 'mlm' (a phase's, phases.py) in place of objective.kind."""
-  if (objective_kind or settings.objective.kind) == "clm":
-    objective = causal_lm_objective(per_token_loss)
-  else:
-    objective = pretraining_objective(settings.objective, per_token_loss)
-  return make_train_step(setup, objective, settings.train, settings.seed)
 
 
 def heldout_sums(outputs: dict, batch: dict) -> Sums:

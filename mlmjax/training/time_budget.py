@@ -24,6 +24,7 @@ that compiled longest waited least.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 
 import jax
@@ -35,6 +36,8 @@ _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 _compile_seconds = 0.0  # this process's total so far
+_listening = False  # _on_duration registered with jax.monitoring
+_listening_lock = threading.Lock()
 
 
 def _on_duration(event: str, seconds: float, **_) -> None:
@@ -43,11 +46,18 @@ def _on_duration(event: str, seconds: float, **_) -> None:
     _compile_seconds += seconds
 
 
-jax.monitoring.register_event_duration_secs_listener(_on_duration)
+def _listen() -> None:
+  """Registers _on_duration with jax.monitoring, once per process: when the first budget is
+  made, not when this module is imported (a process without a budget keeps no listener)."""
+  global _listening
+  with _listening_lock:
+    if not _listening:
+      jax.monitoring.register_event_duration_secs_listener(_on_duration)
+      _listening = True
 
 
 def compile_seconds() -> float:
-  """Seconds this process has spent compiling since it imported this module."""
+  """Seconds this process has spent compiling since its first TimeBudget was made (0 before)."""
   return _compile_seconds
 
 
@@ -55,6 +65,7 @@ class TimeBudget:
   """The budget and the training time spent of it (the module docstring says what counts)."""
 
   def __init__(self, hours: float, clock=time.monotonic):
+    _listen()
     self.seconds = hours * 3600.0
     self._clock = clock
     self._spent_before = 0.0  # in earlier runs of the same workdir

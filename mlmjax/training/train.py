@@ -29,6 +29,7 @@ from mlmjax.models import bert
 from mlmjax.models import flops
 from mlmjax.parallel import distributed
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly as assembly_lib
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import compile_cache
 from mlmjax.training import config_check
@@ -42,8 +43,8 @@ from mlmjax.training import phases as phases_lib
 from mlmjax.training import profiling
 from mlmjax.training import steps
 from mlmjax.training import time_budget
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings, TrainSettings
+from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import TrainSettings
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training import workdir_lock
 
@@ -110,32 +111,39 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   """
   settings = RunSettings.from_config(config)
   if settings.init_from:  # the checkpoint's architecture and tokenizer, before the checks
-    settings = importer.configure(settings)
-  config_check.check(settings)  # before anything is written
+    settings = with_init_from(settings)
+  parts = assembly_lib.Assembly.of(settings)  # train.phases parsed: the plan of the run
+  config_check.check(settings, parts.plan)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
   with workdir_lock.WorkdirLock(run.lock, workdir), compile_cache.enabled(
       settings.train.compilation_cache, run.compile_cache):
-    return _Trainer(settings, run).run(stop_after)
+    return _Trainer(parts, run).run(stop_after)
+
+
+def with_init_from(settings: RunSettings) -> RunSettings:
+  """`settings` with the architecture and the tokenizer of the checkpoint `init_from` names
+  (hf/importer.py)."""
+  return settings.replace(
+      model=importer.configure(settings.model, settings.init_from, settings.data.format),
+      tokenizer={"path": importer.tokenizer_folder(settings.init_from, settings.tokenizer.path)})
 
 
 class _Trainer(loop.StepLoop):
   """One training run; `run()` is the story, the other methods its parts and the loop's hooks."""
 
-  def __init__(self, settings: RunSettings, run: workdir_lib.Workdir):
-    self.settings, self.workdir = settings, run
-    self.input = train_state.build_input(settings, run.tokenizers, run.vocab_stats)
+  def __init__(self, parts: assembly_lib.Assembly, run: workdir_lib.Workdir):
+    self.workdir = run
+    self.input = parts.input(run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
-    self.mesh = sharding.make_mesh(settings.mesh)
-    if settings.train.fit == "auto":  # micro-batches and remat for these devices (fit.py)
-      settings = self.settings = fit.resolve(settings, vocab_size, self.mesh, run.fit)
-    self.phases = phases_lib.plan(settings)
+    self.mesh = sharding.make_mesh(parts.settings.mesh)
+    if parts.settings.train.fit == "auto":  # micro-batches and remat for these devices (fit.py)
+      parts = fit.resolve(parts, vocab_size, self.mesh, run.fit)
+    self.parts, self.settings, self.plan = parts, parts.settings, parts.plan
+    settings = self.settings
     self.feedback = masking_feedback.for_settings(settings.masking, vocab_size)
     self.loop = LoopState(settings.train)
-    self.setup = train_state.make_setup(settings, vocab_size, self.mesh)
-    # The mask rate by step (None: masking.mask_rate throughout); phases take their piece.
-    self.mask_rates = (phases_lib.mask_rates(settings)
-                       if phases_lib.schedules_mask_rate(settings) else None)
+    self.setup = parts.setup(vocab_size, self.mesh)
     self._steps_by_graph: dict[tuple[float, str], tuple] = {}
     self.ckpt = checkpoint_lib.Checkpointer(run.checkpoints, run.corrupt_checkpoints,
                                             settings.train.max_checkpoints_to_keep)
@@ -159,7 +167,8 @@ class _Trainer(loop.StepLoop):
     self.phase = phase
     self.train_step, self.eval_step = self._steps_for(phase.rope_base, phase.objective)
     self.data = pipeline.on_mesh(
-        self.input.train_iter(phase, phase.start, self.feedback.weights_at, self.mask_rates),
+        self.input.train_iter(phase, phase.start, self.feedback.weights_at,
+                              self.plan.mask_rates),
         self.mesh, self.settings.data.device_prefetch)
     return self.data
 
@@ -168,12 +177,10 @@ class _Trainer(loop.StepLoop):
     part of the step's graph, not of the parameters; new shapes only retrace the same jitted
     steps). The eval step is MLM's whatever the phase trains."""
     if (rope_base, objective) not in self._steps_by_graph:
-      setup = train_state.with_rope_base(self.setup, self.settings,
-                                         self.input.tokenizer.vocab_size, rope_base)
+      setup = self.parts.with_rope_base(self.setup, self.input.tokenizer.vocab_size, rope_base)
       # Dropout keys are seeded by the run's seed (a phase's seed is its data's).
       self._steps_by_graph[rope_base, objective] = (
-          steps.make_pretrain_step(setup, self.settings, self.feedback.per_token_loss,
-                                   objective),
+          self.parts.train_step(setup, self.feedback.per_token_loss, objective),
           steps.make_eval_step(setup))
     return self._steps_by_graph[rope_base, objective]
 
@@ -181,12 +188,14 @@ class _Trainer(loop.StepLoop):
     # The iterator in a checkpoint is that of the phase which trained its last step.
     restored = self.ckpt.restore_latest(
         self.setup.abstract_state,
-        lambda step: self._open_phase(phases_lib.phase_at(self.phases, max(step - 1, 0))))
+        lambda step: self._open_phase(self.plan.at(max(step - 1, 0))))
     if restored is None:
-      self._open_phase(self.phases[0])
+      self._open_phase(self.plan.phases[0])
       if self.settings.init_from:
         logging.info("Starting from %s in %s", self.settings.init_from, self.workdir.path)
-        return 0, importer.initial_state(self.settings, self.setup, self.input.tokenizer)
+        s = self.settings
+        return 0, importer.initial_state(s.init_from, s.model, s.data.format, self.setup,
+                                         self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
     self.loop.load(restored.host["loop"])
@@ -205,8 +214,8 @@ class _Trainer(loop.StepLoop):
   def _set_throughput_shapes(self) -> None:
     self.throughput.set_shapes(
         self.phase.batch_size * self.phase.seq_len,
-        train_state.train_flops_per_token(self.settings, self.input.tokenizer.vocab_size,
-                                          self.phase.seq_len, self.phase.predictions))
+        self.parts.flops_per_token(self.input.tokenizer.vocab_size, self.phase.seq_len,
+                                   self.phase.predictions))
 
   def _eval_missing(self, step: int) -> bool:
     """An eval due at the resumed step that never reached metrics.jsonl (the run stopped
@@ -219,7 +228,7 @@ class _Trainer(loop.StepLoop):
   # ---- the loop's hooks (loop.StepLoop) ------------------------------------------------------
   def before_step(self, step: int) -> None:
     if step >= self.phase.end:  # next sequence-length phase: new shapes, same state
-      self._open_phase(self.phases[self.phase.index + 1])
+      self._open_phase(self.plan.phases[self.phase.index + 1])
       self._set_throughput_shapes()
       logging.info("Phase %d from step %d: %s, seq_len %d, max_predictions %d, batch %d,"
                    " rope_base %g", self.phase.index, step, self.phase.objective.upper(),

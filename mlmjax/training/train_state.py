@@ -3,6 +3,8 @@
 params are the model's `nnx.to_pure_dict` (a nested dict of arrays), so orbax, optax and jit see
 ordinary pytrees and the NNX module is rebuilt inside jit with `nnx.merge` (trace-time only, no
 per-step cost). `MeshSetup` holds what the steps need: the graph, the optimizer, the shardings.
+Pretraining and fine-tuning alike build theirs with `sharded_setup` (pretraining's model is
+assembly.py's); nothing here reads a run's settings.
 """
 
 from __future__ import annotations
@@ -15,19 +17,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from mlmjax.data import formats
-from mlmjax.data import run_input
-from mlmjax.models import batch_schema
-from mlmjax.models import bert
 from mlmjax.models import compile_target
-from mlmjax.models import electra
-from mlmjax.models import flops
 from mlmjax.models import param_names
-from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import sharding
-from mlmjax.training import optimizer
-from mlmjax.training import time_budget
-from mlmjax.training.settings import ObjectiveSettings, RunSettings
 
 State = dict[str, Any]
 
@@ -93,75 +85,6 @@ def _layer_shardings(compute: dict, scan_layers: bool) -> dict[str, dict]:
         visit(sub, path + [key])
   visit(compute, [])
   return out
-
-
-def build_model(model: ModelSettings, objective: ObjectiveSettings, data_format: str,
-                vocab_size: int, seed: int, mesh: jax.sharding.Mesh) -> nnx.Module:
-  """The pretraining model (BERT-style MLM, or ELECTRA) with the heads the objective and the
-  data format ask for, for `mesh`."""
-  if objective.kind == "electra":
-    return electra.ElectraForPretraining(model, objective.generator_fraction, vocab_size,
-                                         nnx.Rngs(params=seed), target(mesh))
-  return bert.BertForPretraining(model, vocab_size, nnx.Rngs(params=seed),
-                                 nsp_head=formats.has_pair_labels(data_format),
-                                 sbo_head=objective.span_boundary_weight > 0,
-                                 target=target(mesh))
-
-
-def train_flops_per_token(settings: RunSettings, vocab_size: int, seq_len: int | None = None,
-                          max_predictions: int | None = None) -> float:
-  """models/flops.py's count for the model build_model makes, at a row length and slot count
-  (default: data.seq_len, masking.max_predictions_per_seq)."""
-  electra_run = settings.objective.kind == "electra"
-  return flops.train_flops_per_token(
-      settings.model, vocab_size, seq_len or settings.data.seq_len,
-      max_predictions or settings.masking.max_predictions_per_seq,
-      settings.objective.generator_fraction if electra_run else None)
-
-
-def make_setup(settings: RunSettings, vocab_size: int, mesh: jax.sharding.Mesh) -> MeshSetup:
-  """The pretraining model of `settings` with its optimizer (`settings.train`), sharded by
-  `settings.mesh.rules`."""
-  return sharded_setup(
-      lambda: build_model(settings.model, settings.objective, settings.data.format, vocab_size,
-                          settings.seed, mesh),
-      optimizer.make_optimizer(settings.train), mesh, settings.mesh.rules,
-      settings.model.scan_layers)
-
-
-def with_rope_base(setup: MeshSetup, settings: RunSettings, vocab_size: int,
-                   rope_base: float) -> MeshSetup:
-  """`setup` running the pretraining model of `settings` with another rotary base (a phase's): the
-  base is part of the graph, not of the parameters, so the parameters, optimizer and shardings
-  stay."""
-  model = dataclasses.replace(settings.model, rope_base=rope_base)
-  abstract_model = nnx.eval_shape(
-      lambda: build_model(model, settings.objective, settings.data.format, vocab_size,
-                          settings.seed, setup.mesh))
-  graphdef, _ = nnx.split(abstract_model)
-  return dataclasses.replace(setup, graphdef=graphdef)
-
-
-def batch_spec(settings: RunSettings, mesh, batch_size: int, seq_len: int,
-               max_predictions: int) -> dict:
-  """The abstract global batch of that shape the steps take (models/batch_schema.py): its
-  keys follow the data format and the objective."""
-  spec = batch_schema.shapes(batch_size, seq_len, max_predictions,
-                             pairs=formats.has_pair_labels(settings.data.format),
-                             span_boundaries=settings.objective.span_boundary_weight > 0)
-  if settings.train.budget_hours:  # the share of the time budget spent (time_budget.py)
-    spec[time_budget.KEY] = ((batch_size,), jnp.float32)
-  sharded = sharding.batch_sharding(mesh)
-  return {k: jax.ShapeDtypeStruct(shape, dt, sharding=sharded)
-          for k, (shape, dt) in spec.items()}
-
-
-def build_input(settings: RunSettings, tokenizer_paths: dict[str, str], stats_path: str
-                ) -> run_input.RunInput:
-  """The run's input (data/run_input.py) from the sections it reads."""
-  return run_input.build(settings.data, settings.tokenizer, settings.masking,
-                         run_input.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
-                         settings.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
 
 
 def sharded_setup(build: Callable[[], nnx.Module], tx: optax.GradientTransformation,

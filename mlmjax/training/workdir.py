@@ -111,12 +111,16 @@ class Workdir:
   def has_config(self) -> bool:
     return paths.isfile(self.config)
 
-  def load_config(self):
-    """The pretraining run's settings (RunSettings), read onto today's defaults (runs saved by
-    an earlier mlmjax lack the keys added since)."""
+  def load_run(self):
+    """The pretraining run's settings and plan (training/assembly.py's Assembly), read onto
+    today's defaults (runs saved by an earlier mlmjax lack the keys added since)."""
     if not self.has_config():
       raise errors.UserError(f"{self.path} holds no training run (no {self.config})")
     return saved_config.load(self.config)
+
+  def load_config(self):
+    """The pretraining run's settings (RunSettings), as load_run reads them."""
+    return self.load_run().settings
 
   def saved_record(self) -> dict:
     """config.json as saved, without defaults (a fine-tuning run's, whose keys are not a

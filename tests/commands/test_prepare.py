@@ -22,10 +22,11 @@ import mlmjax.data
 from mlmjax import errors
 from mlmjax import paths
 from mlmjax import prepare as prepare_command
-from mlmjax.data import documents
-from mlmjax.data import preparation
-from mlmjax.data import prepared
-from mlmjax.training.settings import RunSettings
+from mlmjax.data.text import documents
+from mlmjax.data import run_input
+from mlmjax.data.prepared import writer
+from mlmjax.data.prepared import reader
+from mlmjax.training.run_settings import RunSettings
 
 NUM_FILES = 16
 
@@ -89,7 +90,7 @@ def test_a_killed_preparation_resumes_byte_identical(text_corpus, tokenizer_path
     time.sleep(0.01)
   os.killpg(proc.pid, signal.SIGKILL)
   proc.wait()
-  assert not os.path.exists(os.path.join(out, prepared.MANIFEST))
+  assert not os.path.exists(os.path.join(out, reader.MANIFEST))
   finished = {n[:-len(".json")]: os.stat(os.path.join(out, n[:-len(".json")])).st_mtime_ns
               for n in os.listdir(state) if n.endswith(".array_record.json")}
   assert len(finished) >= 3
@@ -120,9 +121,9 @@ def test_two_hosts_prepare_into_one_bucket_folder(text_corpus, tokenizer_path, r
     _same_folder(out, reference)  # .prepare/ is gone with the last file
 
     # Training reads it from the bucket as from a disk.
-    remote = prepared.open_source(f"prepared:{out}")
-    local = prepared.open_source(f"prepared:{reference}")
-    for split in prepared.SPLITS:
+    remote = reader.open_source(f"prepared:{out}")
+    local = reader.open_source(f"prepared:{reference}")
+    for split in reader.SPLITS:
       a, b = remote.split(split), local.split(split)
       assert len(a) == len(b)
       for i in (0, 1, len(a) // 2, len(a) - 1):
@@ -176,7 +177,7 @@ def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp
   out = str(tmp_path / "out")
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
-  stats = os.path.join(out, prepared.STATS)
+  stats = os.path.join(out, reader.STATS)
   with pytest.raises(errors.UserError) as e:
     prepare(config, text_corpus, out, NUM_FILES, workers=0, num_hosts=2,
                         host_index=1, host_wait_s=0.5)
@@ -186,12 +187,12 @@ def test_a_host_waits_for_host_0_a_bounded_time(text_corpus, tokenizer_path, tmp
   assert os.listdir(out) == [".prepare"]
 
 
-def _plan(text_corpus, tokenizer_path, **masking) -> preparation.Plan:
+def _plan(text_corpus, tokenizer_path, **masking) -> writer.Plan:
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.masking.update(masking)
   s = RunSettings.from_config(config)
-  return preparation.Plan.of(s.data, s.tokenizer, s.masking, text_corpus, NUM_FILES)
+  return run_input.preparation_plan(s.data, s.tokenizer, s.masking, text_corpus, NUM_FILES)
 
 
 @pytest.mark.slow
@@ -212,7 +213,7 @@ def test_a_beam_element_that_fails_is_retried_into_the_same_bytes(
   """Beam's in-process runner (the default) retries a failed bundle as Dataflow does: the
   element fails halfway through its file (records already written), and its retry writes the
   file again from the start."""
-  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.prepared import beam  # pylint: disable=g-import-not-at-top
   tokenize, calls, failures = documents.tokenize, [0], []
 
   def fails_once(tok, text):
@@ -224,24 +225,24 @@ def test_a_beam_element_that_fails_is_retried_into_the_same_bytes(
 
   monkeypatch.setattr(documents, "tokenize", fails_once)
   out = str(tmp_path / "out")
-  preparation_beam.prepare(_plan(text_corpus, tokenizer_path), out)
+  beam.prepare(_plan(text_corpus, tokenizer_path), out)
   assert failures == [100]
   _same_folder(out, reference)
 
 
 def test_beam_workers_annotate_words_as_local_workers_do(tokenizer_path, tmp_path):
   """An annotating strategy's plan: each Beam worker loads the spaCy pipeline itself."""
-  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.prepared import beam  # pylint: disable=g-import-not-at-top
   (tmp_path / "a.txt").write_text("\n\n".join(
       f"Paul went to Rome in the year {n}. The brethren of Jerusalem heard the word of God."
       for n in range(24)))
   plan = _plan(str(tmp_path / "a.txt"), tokenizer_path, strategy="syntax", nlp_pipeline=NLP)
   assert plan.nlp_pipeline == NLP
-  local, beam = str(tmp_path / "local"), str(tmp_path / "beam")
-  preparation.prepare(dataclasses.replace(plan, num_files=3), local)
-  manifest = preparation_beam.prepare(dataclasses.replace(plan, num_files=3), beam)
+  local, beam_out = str(tmp_path / "local"), str(tmp_path / "beam")
+  writer.prepare(dataclasses.replace(plan, num_files=3), local)
+  manifest = beam.prepare(dataclasses.replace(plan, num_files=3), beam_out)
   assert manifest["annotations"]["pipeline"] == NLP
-  _same_folder(beam, local)
+  _same_folder(beam_out, local)
 
 
 @pytest.mark.parametrize("options, message", [
@@ -259,10 +260,10 @@ def test_beam_workers_annotate_words_as_local_workers_do(tokenizer_path, tmp_pat
 ])
 def test_bad_beam_pipeline_options_are_refused_before_any_work(
     text_corpus, tokenizer_path, tmp_path, options, message):
-  from mlmjax.data import preparation_beam  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.prepared import beam  # pylint: disable=g-import-not-at-top
   out = tmp_path / "out"
   with pytest.raises(errors.UserError) as e:
-    preparation_beam.prepare(_plan(text_corpus, tokenizer_path), str(out), options)
+    beam.prepare(_plan(text_corpus, tokenizer_path), str(out), options)
   assert str(e.value).startswith(message) and "\n" not in str(e.value)
   assert not out.exists()
 
@@ -279,8 +280,8 @@ def test_the_command_refuses_beam_options_in_one_line(text_corpus, tokenizer_pat
 
 def test_beam_needs_apache_beam_installed(monkeypatch):
   monkeypatch.setitem(sys.modules, "apache_beam", None)  # as if it were not installed
-  monkeypatch.delitem(sys.modules, "mlmjax.data.preparation_beam", raising=False)
-  monkeypatch.delattr(mlmjax.data, "preparation_beam", raising=False)
+  monkeypatch.delitem(sys.modules, "mlmjax.data.prepared.beam", raising=False)
+  monkeypatch.delattr(mlmjax.data.prepared, "beam", raising=False)
   with pytest.raises(errors.UserError) as e:
     prepare_command._beam()  # pylint: disable=protected-access
   assert str(e.value) == "--runner=beam needs Apache Beam: pip install -e '.[beam]'"

@@ -8,8 +8,8 @@ import pytest
 
 from masking_cases import NLP
 from mlmjax.data.masking import display
+from mlmjax.training import assembly
 from mlmjax.training import masks_preview
-from mlmjax.training.settings import RunSettings
 
 
 def test_a_hand_made_row_is_shown_with_its_replacements():
@@ -36,7 +36,7 @@ def test_entity_masks_shown_whole_and_counted(micro_config, tmp_path):
   c = micro_config
   c.masking.update(strategy="entity", entity_ner=True, entity_heuristic=False, nlp_pipeline=NLP,
                    mask_rate=0.3, max_predictions_per_seq=12, stats_max_documents=200)
-  rows, summary = masks_preview.show(RunSettings.from_config(c), str(tmp_path), 3)
+  rows, summary = masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 3)
   assert [r["row"] for r in rows] == [0, 1, 2]
   for r in rows:
     json.dumps(r)
@@ -50,6 +50,6 @@ def test_entity_masks_shown_whole_and_counted(micro_config, tmp_path):
   assert summary["whole_entities"] == 1.0 and summary["inside_entities"] > 0.1
   assert summary["inside_noun_chunks"] is not None and summary["inside_ngrams"] is not None
   c.masking.strategy = "random"
-  _, plain = masks_preview.show(RunSettings.from_config(c), str(tmp_path), 0)
+  _, plain = masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 0)
   assert plain["inside_entities"] < summary["inside_entities"]
   assert plain["whole_entities"] < 1.0

@@ -4,10 +4,10 @@ corpus made by the real row builder, once per session."""
 import pytest
 
 from masking_cases import NLP, PHRASES, _rows, _words
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data import pipeline
-from mlmjax.data import tokenizer as tok_lib
-from mlmjax.data import vocab_stats
+from mlmjax.data.text import tokenizer as tok_lib
+from mlmjax.data.text import vocab_stats
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import entities
 

@@ -1,4 +1,4 @@
-"""Word annotations (mlmjax/data/annotation.py): spaCy's words aligned to the pieces of a
+"""Word annotations (mlmjax/data/text/annotation.py): spaCy's words aligned to the pieces of a
 sentencepiece and a WordPiece tokenizer by character offsets, carried through packing and
 prepared data, and the one-line errors without spaCy or its pipeline."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from masking_cases import NLP
-from mlmjax.data import annotation
-from mlmjax.data import documents
-from mlmjax.data import formats
-from mlmjax.data import prepared
-from mlmjax.data import sentences as sentences_lib
+from mlmjax.data.text import annotation
+from mlmjax.data.text import documents
+from mlmjax.data.rows import formats
+from mlmjax.data.prepared import reader
+from mlmjax.data.text import sentences as sentences_lib
 from mlmjax.models import special_ids
 
 # Punctuation glued to words, curly quotes, accents, a ligature, an en dash, digits.
@@ -87,8 +87,8 @@ def test_pipe_and_one_document_at_a_time_agree(annotator, tok, corpus):
 
 def test_annotations_survive_packing_and_prepared_records(annotator, tok):
   sentences = documents.tokenize(tok, TEXT, annotator)
-  record = prepared.encode_record(sentences, "uint16")
-  back = prepared.decode_record(record, "uint16", len(annotation.FEATURES))
+  record = reader.encode_record(sentences, "uint16")
+  back = reader.decode_record(record, "uint16", len(annotation.FEATURES))
   assert all(np.array_equal(a, b) for a, b in zip(sentences, back))
   rows = list(formats.make_rows([formats.Document(0, 0, sentences)], "full_sentences", 64,
                                 seed=0, num_bins=2))

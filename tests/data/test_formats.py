@@ -4,9 +4,9 @@ import grain
 import numpy as np
 import pytest
 
-from mlmjax.data import formats
-from mlmjax.data import sentences
-from mlmjax.data import tokenizer as tok
+from mlmjax.data.rows import formats
+from mlmjax.data.text import sentences
+from mlmjax.data.text import tokenizer as tok
 from mlmjax.models import special_ids
 
 from conftest import eval_iter
@@ -188,7 +188,7 @@ def test_single_sentences_are_cut_at_word_starts(data_format, tokenizer_path, co
 def test_a_one_document_split_makes_pairs(tokenizer_path, corpus, micro_config, make_masker):
   """A corpus under ~75 documents holds out one: NSP negatives then come from elsewhere in that
   document instead of crashing at the first eval."""
-  from mlmjax.data import sources  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.corpora import sources  # pylint: disable=g-import-not-at-top
   tokenizer = tok.Tokenizer.load(tokenizer_path)
   one = sources.TextSource("one", list(corpus[0][:30]), 50, held_out=True)
   assert len(one) == 1

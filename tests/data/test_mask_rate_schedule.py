@@ -7,13 +7,13 @@ import pytest
 from configs import base
 from conftest import assert_resumes_exactly
 from mlmjax.data import masking
-from mlmjax.data import vocab_stats
+from mlmjax.data.text import vocab_stats
 from mlmjax.errors import ConfigError
 from mlmjax.models import special_ids
 from mlmjax.training import config_check
 from mlmjax.training import phases
 from mlmjax.training import train
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 VOCAB = 1000
 
@@ -34,7 +34,10 @@ def _config(schedule="linear", steps=100, start=0.3, end=0.1, spec=()):
     ("cosine", lambda p: 0.1 + 0.2 * (1 + np.cos(np.pi * p)) / 2),
 ])
 def test_the_rate_of_each_step_follows_the_schedule(schedule, expected):
-  rates = phases.mask_rates(RunSettings.from_config(_config(schedule)))
+  rates = phases.plan(RunSettings.from_config(_config(schedule))).mask_rates
+  if schedule == "constant":  # no schedule: the masker keeps masking.mask_rate
+    assert rates is None and _config(schedule).masking.mask_rate == expected(0)
+    return
   for done in (0, 10, 50, 99):
     assert rates.at(done) == pytest.approx(expected(done / 100)), done
 
@@ -43,7 +46,7 @@ def test_phases_with_rates_of_their_own_anneal_phase_by_phase():
   """mmBERT's 30% -> 15% -> 5%: each phase constant at its rate, or its own ramp."""
   spec = ((0.5, 256, 80, {"mask_rate": 0.3}), (0.3, 256, 80, {"mask_rate": 0.15}),
           (0.2, 256, 80, {"mask_rate": 0.15, "mask_rate_end": 0.05}))
-  rates = phases.mask_rates(RunSettings.from_config(_config("linear", spec=spec)))
+  rates = phases.plan(RunSettings.from_config(_config("linear", spec=spec))).mask_rates
   assert [rates.at(d) for d in (0, 49, 50, 79)] == [0.3, 0.3, 0.15, 0.15]
   assert rates.at(80) == pytest.approx(0.15) and rates.at(90) == pytest.approx(0.1)
   # The slots follow the phase's highest rate: a full row of 254 maskable tokens.
@@ -66,7 +69,7 @@ def _stats():
 def test_realised_rates_over_steps_match_the_schedule(strategy):
   config = _config("cosine")
   config.masking.strategy = strategy
-  rates = phases.mask_rates(RunSettings.from_config(config))
+  rates = phases.plan(RunSettings.from_config(config)).mask_rates
   phase = phases.plan(RunSettings.from_config(config))[0]
   config.masking.max_predictions_per_seq = phase.max_predictions
   masker = masking.Masker(masking.Settings.from_config(config.masking), _stats(), mask_rates=rates)

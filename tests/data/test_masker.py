@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data import masking
 from mlmjax.data.masking import entities
 from mlmjax.models import special_ids

@@ -9,7 +9,7 @@ import scipy.stats
 
 from configs import base
 from mlmjax.data import masking
-from mlmjax.data import vocab_stats
+from mlmjax.data.text import vocab_stats
 from mlmjax.data.masking import uniforms
 from mlmjax.models import special_ids
 

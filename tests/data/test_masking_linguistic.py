@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from masking_cases import NLP, P, _assert_all_or_nothing, _masker, _rows, _selected
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data import pipeline
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import syntax

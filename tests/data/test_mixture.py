@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_resumes_exactly, base_shape, build_input, prepare
-from mlmjax.data import mixture
+from mlmjax.data.corpora import mixture
 from mlmjax.errors import ConfigError
 from mlmjax.training import config_check
 from mlmjax.training import train

@@ -9,7 +9,7 @@ import pytest
 
 from mlmjax.data import masking
 from mlmjax.data import pipeline
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
 from mlmjax.training import masking_feedback

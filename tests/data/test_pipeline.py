@@ -6,8 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from mlmjax.data import formats
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.rows import formats
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.models import special_ids
 
 from conftest import eval_iter, train_iter
@@ -65,7 +65,7 @@ def test_eval_iter_is_fixed(micro_config, corpus, make_masker):
 def test_rows_of_a_long_document_spread_over_batches(data_format, micro_config, tokenizer_path,
                                                      make_masker):
   """Without the row shuffle window, a document of ~10 rows filled most of a 16-row batch."""
-  from mlmjax.data import sources  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.corpora import sources  # pylint: disable=g-import-not-at-top
   tok = tok_lib.Tokenizer.load(tokenizer_path)
   names = ["Moses", "Aaron", "David", "Israel", "Judah", "Egypt", "Jacob", "Joseph", "Samuel",
            "Saul"]

@@ -16,11 +16,11 @@ from configs import tiny
 from conftest import REPO, assert_same_arrays, base_shape, build_input, prepare, saved_state, train_iter, user_env
 from masking_cases import NLP
 from mlmjax import errors
-from mlmjax.data import annotation
-from mlmjax.data import formats
+from mlmjax.data.text import annotation
+from mlmjax.data.rows import formats
 from mlmjax.data import pipeline
-from mlmjax.data import prepared
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.prepared import reader
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 
@@ -56,16 +56,16 @@ def _batches(config, tmp_path, name, train_batches=3):
 
 
 def test_manifest_and_files(kjv, tokenizer_path):
-  manifest = json.load(open(os.path.join(kjv, prepared.MANIFEST)))
+  manifest = json.load(open(os.path.join(kjv, reader.MANIFEST)))
   assert manifest["splits"]["train"]["documents"] == 1165
   assert manifest["splits"]["eval"]["documents"] == 24
   assert manifest["tokenizer"] == {
-      "fingerprint": prepared.fingerprint(tok_lib.Tokenizer.load(tokenizer_path)),
+      "fingerprint": reader.fingerprint(tok_lib.Tokenizer.load(tokenizer_path)),
       "vocab_size": 512}
   assert manifest["id_dtype"] == "uint16" and manifest["num_files"] == NUM_FILES
   names = sorted(os.listdir(kjv))
-  assert names == sorted([prepared.MANIFEST, prepared.TOKENIZERS["sentencepiece"], prepared.STATS] + [
-      prepared.file_name(s, f, NUM_FILES) for s in prepared.SPLITS for f in range(NUM_FILES)])
+  assert names == sorted([reader.MANIFEST, reader.TOKENIZERS["sentencepiece"], reader.STATS] + [
+      reader.file_name(s, f, NUM_FILES) for s in reader.SPLITS for f in range(NUM_FILES)])
 
 
 @pytest.mark.parametrize("data_format", formats.FORMATS)
@@ -89,7 +89,7 @@ def test_each_shard_opens_only_its_own_files(kjv, micro_config, make_masker, dat
   included."""
   config = _config(micro_config, f"prepared:{kjv}")
   config.data.format, config.data.num_shards = data_format, 4
-  split = prepared.open_source(config.data.source).split("train")
+  split = reader.open_source(config.data.source).split("train")
   tok = tok_lib.Tokenizer.load(config.tokenizer.path)
   spec = train_iter(config, tok, split, make_masker(config)).spec
   spec = dataclasses.replace(spec, shards=(1,))  # process 1's view
@@ -111,8 +111,8 @@ def test_a_run_refuses_what_the_data_does_not_fit(kjv, micro_config, tmp_path, c
   other = tok_lib.train_tokenizer(corpus[0][:100], 300, "unigram", 10_000)
   other_path = str(tmp_path / "other.model")
   other.save(other_path)
-  theirs, ours = prepared.fingerprint(other), json.load(
-      open(os.path.join(kjv, prepared.MANIFEST)))["tokenizer"]["fingerprint"]
+  theirs, ours = reader.fingerprint(other), json.load(
+      open(os.path.join(kjv, reader.MANIFEST)))["tokenizer"]["fingerprint"]
   config.tokenizer.path = other_path
   assert error(config) == (
       f"config.tokenizer.path={other_path!r} is not the tokenizer {kjv} was prepared with"

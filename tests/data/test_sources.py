@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from mlmjax.data import sources
-from mlmjax.data import text_files
+from mlmjax.data.corpora import sources
+from mlmjax.data.corpora import text_files
 
 
 def _load(path, eval_every=2, **kwargs):

@@ -12,7 +12,7 @@ import zstandard
 
 import storage_servers
 from mlmjax import paths
-from mlmjax.data import sources
+from mlmjax.data.corpora import sources
 from mlmjax.errors import DataError
 
 DOCS = [f"Document {i} says something.\nIts second line, {i}." for i in range(7)] + [

@@ -1,12 +1,12 @@
-"""Per-piece tables and corpus counts for masking (mlmjax/data/vocab_stats.py)."""
+"""Per-piece tables and corpus counts for masking (mlmjax/data/text/vocab_stats.py)."""
 
 import os
 
 import numpy as np
 import pytest
 
-from mlmjax.data import tokenizer as tok_lib
-from mlmjax.data import vocab_stats
+from mlmjax.data.text import tokenizer as tok_lib
+from mlmjax.data.text import vocab_stats
 from mlmjax.models import special_ids
 
 NS = special_ids.NUM_SPECIAL

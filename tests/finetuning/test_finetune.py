@@ -18,11 +18,11 @@ from conftest import REPO, saved_state, user_env
 from mlmjax import embed
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import embeddings
-from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import finished
+from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
@@ -143,14 +143,14 @@ def test_finetune_stops_on_nonfinite_steps_as_pretraining_does(pretrained, tmp_p
                                                                 monkeypatch, policy, message):
   """Every training batch is poisoned (NaN example weights): the shared non-finite policy
   stops the run after train.max_consecutive_skips skipped steps, or at once with 'stop'."""
-  encode = examples_lib.encode
+  encode = kind_lib.encode_texts
 
   def poisoned(examples, tok, seq_len, split):
     rows = encode(examples, tok, seq_len, split)
     if split == "train":
       rows["weights"] = np.full_like(rows["weights"], np.nan)
     return rows
-  monkeypatch.setattr(examples_lib, "encode", poisoned)
+  monkeypatch.setattr(kind_lib, "encode_texts", poisoned)
   config = _finetune_config(nonfinite_policy=policy, max_consecutive_skips=3,
                             checkpoint_every_steps=2)
   with pytest.raises(loop.NonFiniteError) as e:
@@ -169,7 +169,7 @@ def test_held_out_metrics_are_at_the_eval_mask_rate(pretrained):
       s.data, s.masking, input_lib.HeldOut(s.eval.mask_rate, s.train.eval_batches),
       s.objective.span_boundary_weight > 0, run.tokenizer, run.vocab_stats)
   masked = maskable = 0
-  for batch in run_input.eval_batches(phases.base_shape(s)):
+  for batch in run_input.eval_batches(phases.plan(s).whole_run):
     masked += batch["masked_weights"].sum()
     specials = (special_ids.CLS_ID, special_ids.SEP_ID)  # ([MASK] inputs were maskable)
     maskable += ((batch["segment_ids"] > 0) & ~np.isin(batch["input_ids"], specials)).sum()
@@ -185,10 +185,10 @@ def test_finetune_config_rules(pretrained):
   config.data.seq_len = 200
   with pytest.raises(errors.ConfigError, match="data.seq_len=200 must be between 5 and the"
                      " pretrained model's max_position_embeddings=128"):
-    FinetuneSettings.from_config(config).check_against(pre)
+    FinetuneSettings.from_config(config).check_against(pre.model)
   config = _finetune_config(batch_size=12)
   with pytest.raises(errors.ConfigError, match="train.batch_size=12 must be divisible by"):
-    FinetuneSettings.from_config(config).check_against(pre)  # 8 devices
+    FinetuneSettings.from_config(config).check_against(pre.model)  # 8 devices
 
 
 def _run(*args, stdin=None):

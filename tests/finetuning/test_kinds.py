@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import embeddings
 from mlmjax.finetuning import multiple_choice

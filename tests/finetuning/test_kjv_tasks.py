@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from mlmjax.data import sources
+from mlmjax.data.corpora import sources
 from mlmjax.finetuning import kjv_tasks
 from mlmjax.finetuning import records
 

@@ -9,11 +9,12 @@ import pytest
 from scipy import stats
 import tensorflow_datasets as tfds
 
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.corpora import sources
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.errors import DataError
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
+from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import kjv_tasks
 from mlmjax.finetuning import tasks
 from mlmjax.models import special_ids
@@ -89,8 +90,8 @@ def test_examples_from_csv_tsv_and_jsonl(tmp_path):
 def test_encode_truncates_the_longer_text_first(tokenizer_path):
   tok = tokenizer_lib.Tokenizer.load(tokenizer_path)
   a, b = "And God said, Let there be light: and there was light.", "Amen."
-  rows = examples_lib.encode(examples_lib.Examples([(a, b), (b,) * 2], np.array([1, 0])),
-                             tok, 12, "test")
+  rows = kind_lib.encode_texts(examples_lib.Examples([(a, b), (b,) * 2], np.array([1, 0])),
+                               tok, 12, "test")
   ids_a, ids_b = tok.encode([a, b])
   cls, sep = special_ids.CLS_ID, special_ids.SEP_ID
   assert rows["input_ids"][0].tolist() == [cls, *ids_a[:12 - 3 - len(ids_b)], sep, *ids_b, sep]

@@ -12,7 +12,7 @@ from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
 from configs import base
-from mlmjax.data import hf_tokenizer
+from mlmjax.data.text import hf_tokenizer
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import importer
 from mlmjax.models import bert as model_lib

@@ -14,14 +14,13 @@ import transformers
 from configs import tiny
 from conftest import REPO, base_shape, build_input, user_env
 from mlmjax import predict
-from mlmjax.data import sentences
+from mlmjax.data.text import sentences
 from mlmjax.hf import exporter
-from mlmjax.hf import importer
 from mlmjax.training import config_check
 from mlmjax.training import finished_run
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 # pretrained runs, the export command, transformers (torch) loading them
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -231,7 +230,7 @@ def test_round_trip_export_import_continues_with_the_exported_models_loss(
   train.train_and_evaluate(config, workdir, stop_after=1)
   first = _metrics(workdir)[0]
   assert first["step"] == 1
-  batch = _first_batch(importer.configure(RunSettings.from_config(config)), workdir)
+  batch = _first_batch(train.with_init_from(RunSettings.from_config(config)), workdir)
   expected = _hf_losses(bert_export, batch, np.arange(512))
   assert first["loss"] == pytest.approx(expected["loss"], abs=1e-4)
   assert first["nsp_loss"] == pytest.approx(expected["nsp_loss"], abs=1e-4)
@@ -321,7 +320,7 @@ def test_checkpoint_made_by_transformers_imports_and_trains(make, tmp_path, corp
   # BPE word starts ("Ġthe"); both become sentencepiece's "▁the".
   [the] = tok.encode([" the"])[0]
   assert tok.word_pieces()[the] == "\u2581the"
-  batch = _first_batch(importer.configure(RunSettings.from_config(config)), workdir)
+  batch = _first_batch(train.with_init_from(RunSettings.from_config(config)), workdir)
   assert (batch["input_ids"][:, 0] == 2).all()  # [CLS] is mlmjax's id 2, HF's own below
   expected = _hf_losses(folder, batch, tok.vocab_to_hf)
   assert rows[0]["loss"] == pytest.approx(expected["loss"], abs=1e-4)
@@ -348,7 +347,7 @@ def test_bad_init_from_and_export_targets_fail_with_one_clear_line(tmp_path, ber
   config.init_from = f"hf:{bert_export}"
   config.tokenizer.path = "other.model"
   with pytest.raises(config_check.ConfigError, match="leave tokenizer.path empty"):
-    importer.configure(RunSettings.from_config(config))
+    train.with_init_from(RunSettings.from_config(config))
   with pytest.raises(exporter.ExportError, match="exists and is not an empty folder"):
     exporter.export(finished_run.load(bert_run), bert_export)
 

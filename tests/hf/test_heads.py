@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import finished
 from mlmjax.finetuning import tasks
@@ -21,7 +21,7 @@ from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
 from mlmjax.hf import exporter
 from mlmjax.hf import heads
 from mlmjax.parallel import sharding
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 
 LABELS = {"classification": ["no", "yes", "maybe"], "token_classification": ["O", "B-X", "I-X"]}

@@ -5,14 +5,13 @@ import jax
 import numpy as np
 import pytest
 
-from mlmjax.data import formats
+from mlmjax.data.rows import formats
 from mlmjax.data import masking
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.models import batch_schema
 from mlmjax.parallel import sharding
-from mlmjax.training import steps
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
+from mlmjax.training import assembly
+from mlmjax.training.run_settings import RunSettings
 
 from conftest import eval_iter, train_iter
 
@@ -47,11 +46,11 @@ def test_compile_traces_the_steps_with_the_schema(micro_config):
   c.objective.span_boundary_weight = 1.0
   settings = RunSettings.from_config(c)
   mesh = sharding.make_mesh(c.mesh)
-  spec = train_state.batch_spec(settings, mesh, c.train.batch_size, c.data.seq_len,
+  spec = assembly.Assembly.of(settings).batch_spec(mesh, c.train.batch_size, c.data.seq_len,
                                 c.masking.max_predictions_per_seq)
   assert {k: (v.shape, v.dtype) for k, v in spec.items()} == _schema(c)
-  setup = train_state.make_setup(settings, 512, mesh)
-  step = steps.make_pretrain_step(setup, settings)
+  setup = assembly.Assembly.of(settings).setup(512, mesh)
+  step = assembly.Assembly.of(settings).train_step(setup)
   _, metrics = jax.eval_shape(step, setup.abstract_state, spec)
   assert "sbo_loss_sum" in metrics
 
@@ -60,12 +59,12 @@ def test_a_model_names_the_keys_a_batch_lacks(micro_config):
   c = micro_config
   settings = RunSettings.from_config(c)
   mesh = sharding.make_mesh(c.mesh)
-  setup = train_state.make_setup(settings, 512, mesh)
-  spec = train_state.batch_spec(settings, mesh, c.train.batch_size, c.data.seq_len,
+  setup = assembly.Assembly.of(settings).setup(512, mesh)
+  spec = assembly.Assembly.of(settings).batch_spec(mesh, c.train.batch_size, c.data.seq_len,
                                 c.masking.max_predictions_per_seq)
   del spec["positions"]
   with pytest.raises(KeyError, match=r"the batch lacks \['positions'\] \(models/batch_schema.py"
                      r" says what makes them\)"):
-    jax.eval_shape(steps.make_pretrain_step(setup, settings), setup.abstract_state, spec)
+    jax.eval_shape(assembly.Assembly.of(settings).train_step(setup), setup.abstract_state, spec)
   assert set(batch_schema.HOST_ONLY).isdisjoint(_schema(c))
   assert np.dtype(batch_schema.HOST_ONLY["sequence_keys"][1]) == np.int64

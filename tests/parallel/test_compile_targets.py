@@ -25,9 +25,9 @@ from mlmjax.models import attention
 from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
+from mlmjax.training import assembly
 from mlmjax.training import aot
 from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 
 def _config(**model):
   """tiny (2 of its layers: half the compile time) at a length the TPU kernel takes (multiples
@@ -43,7 +43,8 @@ def _config(**model):
 
 def _abstract_params(config, target):
   mesh = sharding.make_mesh(config.mesh, target.devices)
-  return train_state.make_setup(RunSettings.from_config(config), aot.vocab_size(RunSettings.from_config(config).tokenizer), mesh).abstract_state["params"]
+  parts = assembly.Assembly.of(config)
+  return parts.setup(aot.vocab_size(parts.settings.tokenizer), mesh).abstract_state["params"]
 
 
 def test_target_names():

@@ -64,7 +64,7 @@ def test_commands_print_nothing_of_the_plugins(tmp_path, tokenizer_path):
 
 @no_accelerator
 def test_jax_started_here_without_the_cuda_plugin_so_a_gpu_target_says_how():
-  """This process imported mlmjax before jax (conftest), then jax (above): jax has no CUDA
+  """This process hid the plugins before it imported jax (conftest), then jax: jax has no CUDA
   plugin, which it loads only when imported. A TPU target still works: jax looks libtpu up
   when it loads it."""
   assert plugins.hidden("cuda") and jax.devices()[0].platform == "cpu"
@@ -75,7 +75,7 @@ def test_jax_started_here_without_the_cuda_plugin_so_a_gpu_target_says_how():
 
 @no_accelerator
 def test_jax_platforms_naming_a_platform_keeps_its_plugin():
-  check = ("import mlmjax; from mlmjax.parallel import plugins;"
+  check = ("from mlmjax.parallel import plugins; plugins.hide();"
            " print(plugins.hidden('cuda'), plugins.hidden('tpu'))")
   env = user_env()
   wanted = {"cpu": "True True", "cpu,cuda": "False True", "tpu,cpu": "True False"}

@@ -12,14 +12,13 @@ import pytest
 
 from conftest import assert_same_arrays, train_iter
 from mlmjax import errors
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.models import param_names
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import checkpoint
 from mlmjax.training import config_check
 from mlmjax.training import steps
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)
 
@@ -31,7 +30,7 @@ from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small
 def test_rules_shard_parameters_and_optimizer_state(optimizer):
   config = small_config((2, 2, 2))
   config.train.optimizer = optimizer
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, sharding.make_mesh(config.mesh))
+  setup = assembly.Assembly.of(config).setup(VOCAB, sharding.make_mesh(config.mesh))
   params = setup.state_shardings["params"]
   block = params["blocks"][0]
   P = jax.sharding.PartitionSpec
@@ -70,7 +69,7 @@ def test_indivisible_dimension_is_replicated_with_a_warning(caplog):
   config = small_config((1, 1, 8))
   config.model.num_heads = 4  # 4 heads cannot be split 8 ways; MLP 128 and vocab 512 can
   with caplog.at_level(logging.WARNING):
-    setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, sharding.make_mesh(config.mesh))
+    setup = assembly.Assembly.of(config).setup(VOCAB, sharding.make_mesh(config.mesh))
   qkv = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]
   assert qkv.spec == jax.sharding.PartitionSpec(None, "fsdp", None, None)
   mlp = setup.state_shardings["params"]["blocks"][0]["mlp_in"]["kernel"]
@@ -118,8 +117,8 @@ def test_every_mesh_trains_like_one_device():
     config.mesh.shape = shape
     if shape == (2, 2, 2):  # the sharded initialiser creates the very same numbers, sharded
       mesh_init, shardings = init_state(config)
-      assert shardings == train_state.make_setup(
-          config, VOCAB, sharding.make_mesh(config.mesh)).state_shardings
+      assert shardings == assembly.Assembly.of(config).setup(
+          VOCAB, sharding.make_mesh(config.mesh)).state_shardings
       assert_same_arrays(mesh_init, init)
     metrics, state = train(config, batches, init=init)
     np.testing.assert_allclose(losses_of(metrics), losses_of(one_metrics), rtol=1e-5,
@@ -135,7 +134,7 @@ def test_eval_step_on_a_sharded_mesh_matches_one_device():
   for devices in (jax.devices()[:1], jax.devices()):
     config.mesh.shape = (-1, 1, 1) if len(devices) == 1 else (2, 2, 2)
     mesh = sharding.make_mesh(config.mesh, devices)
-    setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+    setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
     params = jax.device_put(init["params"], setup.state_shardings["params"])
     out = steps.make_eval_step(setup)(params, sharding.to_device(batch, mesh))
     sums.append(jax.tree.map(np.asarray, out))
@@ -150,7 +149,7 @@ def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, ma
   config.tokenizer.path = tokenizer_path
   _, saved = train(config, synthetic_batches(2))  # a state with non-trivial Adam moments
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+  setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
   data = train_iter(config, tok_lib.Tokenizer.load(tokenizer_path), corpus[0],
                                   make_masker(config))
   ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
@@ -158,7 +157,7 @@ def test_restore_onto_another_mesh_is_exact(tmp_path, tokenizer_path, corpus, ma
   ckpt.close()
   for shape, devices in [((1, 8, 1), 8), ((2, 2, 2), 8), ((1, 2, 1), 2), ((1, 1, 1), 1)]:
     config.mesh.shape = shape
-    target = train_state.make_setup(RunSettings.from_config(config), VOCAB,
+    target = assembly.Assembly.of(config).setup(VOCAB,
                               sharding.make_mesh(config.mesh, jax.devices()[:devices]))
     ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
     restored = ckpt.restore(2, target.abstract_state).state
@@ -182,8 +181,8 @@ def _compiled_step(mesh_shape):
   """(setup, compiled train step) of small_config on `mesh_shape`; compiled once per session."""
   config = small_config(mesh_shape)
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
-  step = steps.make_pretrain_step(setup, RunSettings.from_config(config))
+  setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
+  step = assembly.Assembly.of(config).train_step(setup)
   batch = _abstract_batch(mesh, synthetic_batches(1)[0])
   return setup, step.lower(setup.abstract_state, batch).compile()
 
@@ -265,7 +264,7 @@ def test_fsdp_shards_parameter_and_optimizer_memory():
   per_device = {}
   for fsdp in (1, 2, 4, 8):
     config = small_config((8 // fsdp, fsdp, 1))
-    setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, sharding.make_mesh(config.mesh))
+    setup = assembly.Assembly.of(config).setup(VOCAB, sharding.make_mesh(config.mesh))
     state = setup.abstract_state
     per_device[fsdp] = sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize
                            for x in jax.tree.leaves((state["params"], state["opt_state"])))
@@ -283,14 +282,14 @@ def _compiled_memory(config, vocab=30522):
   """Bytes per device of the compiled train step (arguments + outputs + temporaries, less the
   donated state counted twice), from XLA's own buffer assignment."""
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(config), vocab, mesh)
+  setup = assembly.Assembly.of(config).setup(vocab, mesh)
   b, t, p = config.train.batch_size, config.data.seq_len, config.masking.max_predictions_per_seq
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct((b, t), np.int32, sharding=s)
            for k in ("input_ids", "segment_ids", "positions", "token_type_ids")}
   batch.update({k: jax.ShapeDtypeStruct((b, p), d, sharding=s) for k, d in (
       ("masked_positions", np.int32), ("masked_ids", np.int32), ("masked_weights", np.float32))})
-  m = steps.make_pretrain_step(setup, RunSettings.from_config(config)).lower(setup.abstract_state, batch).compile()
+  m = assembly.Assembly.of(config).train_step(setup).lower(setup.abstract_state, batch).compile()
   m = m.memory_analysis()
   return (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
           - m.alias_size_in_bytes)

@@ -11,7 +11,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# The repository's top-level folders that text names paths under: `mlmjax/data/sources.py`,
+# The repository's top-level folders that text names paths under: `mlmjax/data/corpora/sources.py`,
 # `configs/bert.py:large`, `launch/`, a glob such as `configs/*.py`.
 _TOP = r"(?:mlmjax|configs|launch|tests|benchmarks|docs)"
 # The library's sub-packages, named without `mlmjax/` where the context makes it clear
@@ -66,10 +66,10 @@ def named_paths(text: str) -> set[str]:
 
 
 def test_named_paths_reads_what_text_names():
-  text = ("See `mlmjax/data/sources.py`, configs/bert.py:large and launch/. Rules in "
+  text = ("See `mlmjax/data/corpora/sources.py`, configs/bert.py:large and launch/. Rules in "
           "training/phases.py; not https://x.org/mlmjax/nothing.py nor runs/tiny/x.py; "
           "globs: configs/*.py")
-  assert named_paths(text) == {"mlmjax/data/sources.py", "configs/bert.py", "launch/",
+  assert named_paths(text) == {"mlmjax/data/corpora/sources.py", "configs/bert.py", "launch/",
                                "mlmjax/training/phases.py", "configs/*.py"}
   # Built from parts, so that this file does not name them itself.
   gone = [top + rest for top, rest in (("mlmjax", "/attention.py"), ("configs", "/*.txt"),

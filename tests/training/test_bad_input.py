@@ -14,7 +14,7 @@ import pytest
 
 from conftest import latest_step, micro, saved_state
 from mlmjax import errors
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.training import checkpoint
 from mlmjax.training import train
 

@@ -18,7 +18,7 @@ from mlmjax.training import losses
 from mlmjax.training import metrics
 from mlmjax.training import phases
 from mlmjax.training import train
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 MASK = 4  # special_ids.MASK_ID
 
@@ -110,7 +110,8 @@ def test_clm_phases_are_refused_with_electra(micro_config):
   micro_config.objective.kind = "electra"
   micro_config.train.phases = ((0.5, 32, 6, {"objective": "clm"}), (0.5, 32, 6))
   with pytest.raises(ConfigError) as e:
-    config_check.check_saved(RunSettings.from_config(micro_config))
+    settings = RunSettings.from_config(micro_config)
+    config_check.check_saved(settings, phases.plan(settings))
   assert str(e.value) == (
       "train.phases objective 'clm' trains an encoder's own MLM head, which"
       " objective.kind='electra' does not have: use objective.kind='mlm'")

@@ -8,14 +8,12 @@ import numpy as np
 import pytest
 
 from conftest import saved_state, train_iter
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.data.masking import masker as masker_lib
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import loop
-from mlmjax.training import steps
 from mlmjax.training import train
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 
 
 @pytest.fixture
@@ -36,8 +34,8 @@ def nan_at_step(monkeypatch):
 def test_nonfinite_step_changes_nothing(micro_config, corpus, make_masker):
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
   mesh = sharding.make_mesh(micro_config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(micro_config), tok.vocab_size, mesh)
-  step = steps.make_pretrain_step(setup, RunSettings.from_config(micro_config))
+  setup = assembly.Assembly.of(micro_config).setup(tok.vocab_size, mesh)
+  step = assembly.Assembly.of(micro_config).train_step(setup)
   batch = next(train_iter(micro_config, tok, corpus[0], make_masker(micro_config)))
   state = setup.init_fn()
   before = jax.tree.map(np.asarray, state)

@@ -20,7 +20,7 @@ from mlmjax.parallel import sharding
 from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import train
-from mlmjax.training.settings import RunSettings
+from mlmjax.training import assembly
 
 BUDGET_GIB = 58 / 1024
 VOCAB = 512  # the session tokenizer's
@@ -38,12 +38,12 @@ def _config(tokenizer_path, **train_keys):
 
 @pytest.mark.slow  # compiles several real programs
 def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
-  settings = RunSettings.from_config(_config(tokenizer_path, fit_memory_gib=16 / 1024))
-  mesh = sharding.make_mesh(settings.mesh)
+  parts = assembly.Assembly.of(_config(tokenizer_path, fit_memory_gib=16 / 1024))
+  mesh = sharding.make_mesh(parts.settings.mesh)
   with pytest.raises(errors.ConfigError, match=r"^train.fit='auto': nothing fits 0.02 GiB per"
                      r" device; even train.grad_accum_steps=8 \(the most the batch allows\)"
                      r" with model.remat='full' needs 0.02 GiB: shard over more devices"):
-    fit.choose(settings, VOCAB, mesh, fit.budget_bytes(settings, None))
+    fit.choose(parts, VOCAB, mesh, fit.budget_bytes(parts.settings.train, None))
 
 
 def test_the_search_finds_the_first_count_that_fits_in_few_compiles():
@@ -67,9 +67,9 @@ def test_the_search_finds_the_first_count_that_fits_in_few_compiles():
 
 
 def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
-  settings = RunSettings.from_config(_config(tokenizer_path))
-  mesh = sharding.make_mesh(settings.mesh)
-  choice = fit.choose(settings, VOCAB, mesh, budget=int(1 * fit.GiB))
+  parts = assembly.Assembly.of(_config(tokenizer_path))
+  mesh = sharding.make_mesh(parts.settings.mesh)
+  choice = fit.choose(parts, VOCAB, mesh, budget=int(1 * fit.GiB))
   assert (choice.grad_accum_steps, choice.remat, choice.compiled) == (1, "none", 1)
   assert 0.06 * fit.GiB < choice.memory_bytes < 0.1 * fit.GiB  # 86.9 MiB (module docstring)
 
@@ -84,12 +84,12 @@ def test_a_candidate_over_budget_at_its_longest_rows_compiles_no_other_shape(tok
       lambda event, _, **__: compiles.append(event)
       if event == "/jax/core/compile/backend_compile_duration" else None)
   config = _config(tokenizer_path, phases=((0.5, 64, 10), (0.5, 128, 20)))
-  settings = RunSettings.from_config(config)
-  mesh = sharding.make_mesh(settings.mesh)
-  fit.step_memory(settings, VOCAB, mesh)  # also compiles the state's set-up, once a process
+  parts = assembly.Assembly.of(config)
+  mesh = sharding.make_mesh(parts.settings.mesh)
+  fit.step_memory(parts, VOCAB, mesh)  # also compiles the state's set-up, once a process
   def compiled(*args):
     before = len(compiles)
-    return fit.step_memory(settings, VOCAB, mesh, *args), len(compiles) - before
+    return fit.step_memory(parts, VOCAB, mesh, *args), len(compiles) - before
   whole, steps = compiled()  # both shapes: the larger's memory
   assert steps == 2
   over, steps = compiled(int(BUDGET_GIB * fit.GiB))
@@ -125,8 +125,8 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
                                                                    caplog):
   workdir = str(tmp_path / "run")
   config = _config(tokenizer_path, steps=2, eval_every_steps=2, checkpoint_every_steps=2)
-  settings = RunSettings.from_config(config)
-  assert fit.micro_batch_counts(settings, sharding.make_mesh(settings.mesh)) == [1, 2, 4, 8]
+  parts = assembly.Assembly.of(config)
+  assert fit.micro_batch_counts(parts.plan, sharding.make_mesh(parts.settings.mesh)) == [1, 2, 4, 8]
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(config, workdir)
   logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]

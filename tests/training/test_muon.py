@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import optimizer as optim
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 from synthetic_steps import VOCAB, losses_of, small_config, synthetic_batches, train
 
 # Muon's quintic Newton-Schulz coefficients (Jordan et al., 2024), 5 iterations.
@@ -93,7 +92,7 @@ def test_muon_state_is_sharded_like_the_parameters_and_a_tiny_run_learns():
   config = small_config((1, 4, 2))  # FSDP x tensor parallel
   config.train.update(optimizer="muon", learning_rate=1e-2, warmup_steps=1)
   mesh = sharding.make_mesh(config.mesh)
-  setup = train_state.make_setup(RunSettings.from_config(config), VOCAB, mesh)
+  setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
   want = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]
   assert tuple(want.spec) == (None, "fsdp", "tensor", None)
   momenta = [s for keys, s in jax.tree_util.tree_leaves_with_path(

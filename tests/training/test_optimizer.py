@@ -8,11 +8,10 @@ import pytest
 from conftest import assert_same_arrays
 from mlmjax import errors
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import optimizer as optim
-from mlmjax.training import steps
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)
 
@@ -149,10 +148,10 @@ def test_micro_batches_stay_on_their_devices():
   config.train.grad_accum_steps = 2
   settings = RunSettings.from_config(config)
   mesh = sharding.make_mesh(settings.mesh)
-  setup = train_state.make_setup(settings, VOCAB, mesh)
+  setup = assembly.Assembly.of(settings).setup(VOCAB, mesh)
   s = sharding.batch_sharding(mesh)
   batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
            for k, v in synthetic_batches(1)[0].items()}
-  step = steps.make_pretrain_step(setup, settings)
+  step = assembly.Assembly.of(settings).train_step(setup)
   hlo = step.lower(setup.abstract_state, batch).compile()
   assert set(collectives_in(hlo.as_text())) == {"all-reduce"}

@@ -4,7 +4,7 @@ import pytest
 
 from configs import bert, biphasic, modernbert, mosaicbert, roberta, spanbert, wwm
 from mlmjax.training import phases
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),
               "medium": (8, 512, 8), "base": (12, 768, 12), "large": (24, 1024, 16)}

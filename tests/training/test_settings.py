@@ -10,13 +10,15 @@ import pytest
 from configs import base
 from configs import spanbert
 from mlmjax.data.masking.settings import Settings as MaskingSettings
-from mlmjax.data.settings import InputSettings, TokenizerSettings
+from mlmjax.data.settings import InputSettings
+from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import ConfigError
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
-from mlmjax.training.settings import EvalSettings, ObjectiveSettings, RunSettings, TrainSettings
+from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import EvalSettings, ObjectiveSettings, TrainSettings
 
 SECTIONS = {"data": InputSettings, "tokenizer": TokenizerSettings, "masking": MaskingSettings,
             "model": ModelSettings, "objective": ObjectiveSettings, "train": TrainSettings,

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import assert_resumes_exactly
 from masking_cases import NLP
-from mlmjax.data import formats
+from mlmjax.data.rows import formats
 from mlmjax.training import train
 
 pytestmark = pytest.mark.slow  # every test trains and resumes

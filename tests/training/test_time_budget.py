@@ -14,7 +14,7 @@ from mlmjax.training import metrics
 from mlmjax.training import optimizer
 from mlmjax.training import time_budget
 from mlmjax.training import train
-from mlmjax.training.settings import RunSettings
+from mlmjax.training.run_settings import RunSettings
 
 
 class _Clock:

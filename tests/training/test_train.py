@@ -11,14 +11,12 @@ import pytest
 
 from configs import tiny
 from conftest import assert_resumes_exactly, assert_same_arrays, train_iter
-from mlmjax.data import tokenizer as tok_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import checkpoint
 from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import steps
 from mlmjax.training import train
-from mlmjax.training import train_state
-from mlmjax.training.settings import RunSettings
 
 pytestmark = pytest.mark.slow  # every test trains and most resume
 
@@ -75,8 +73,8 @@ def test_eight_device_data_parallel_matches_one_device(micro_config, corpus, mak
   for devices in (jax.devices()[:1], jax.devices()):
     mesh = sharding.make_mesh(micro_config.mesh, devices)
     assert mesh.shape["data"] == len(devices)
-    setup = train_state.make_setup(RunSettings.from_config(micro_config), tok.vocab_size, mesh)
-    step = steps.make_pretrain_step(setup, RunSettings.from_config(micro_config))
+    setup = assembly.Assembly.of(micro_config).setup(tok.vocab_size, mesh)
+    step = assembly.Assembly.of(micro_config).train_step(setup)
     state = setup.init_fn()
     losses = []
     for b in batches:

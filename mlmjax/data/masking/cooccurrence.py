@@ -35,8 +35,8 @@ from absl import logging
 import numpy as np
 
 from mlmjax import paths
-from mlmjax.data import annotation
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import annotation
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import units
 from mlmjax.data.masking.uniforms import GOLDEN, M1, M2, mix64
 from mlmjax.models import special_ids

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import syntax
 from mlmjax.models import special_ids

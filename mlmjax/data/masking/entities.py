@@ -31,8 +31,8 @@ import numpy as np
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import units
 from mlmjax.data.masking.uniforms import M1, mix64
 from mlmjax.models import special_ids

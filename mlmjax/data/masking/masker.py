@@ -29,7 +29,7 @@ from typing import Callable
 from absl import logging
 import numpy as np
 
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import rate_schedule
@@ -48,7 +48,7 @@ class Masker:
   """Picklable (grain may copy it into worker processes).
 
   Batch keys: `input_ids` always; `segment_ids` when present (else every non-[PAD] token is one
-  segment); `static` also needs `positions`, `sequence_keys`, `epochs` (data/formats.py). Other
+  segment); `static` also needs `positions`, `sequence_keys`, `epochs` (data/rows/formats.py). Other
   keys pass through unchanged.
   """
 

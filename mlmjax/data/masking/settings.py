@@ -11,9 +11,8 @@ import dataclasses
 import numpy as np
 
 from mlmjax import typed_settings
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data.masking import rate_schedule
-from mlmjax.data.masking import strategies
 from mlmjax.data.masking import syntax
 from mlmjax.errors import ConfigError
 
@@ -44,6 +43,19 @@ def parse_mixture(spec: str) -> tuple[tuple[str, float], ...]:
     items.append((name, w))
   total = sum(w for _, w in items)
   return tuple((n, w / total) for n, w in items)
+
+
+# The base strategies (strategies.py has one selection function for each, in this order) and
+# the composites made of them: the values masking.strategy takes.
+BASES = ("random", "whole_word", "span", "entity", "frequency", "adaptive", "syntax", "semantic",
+         "contextual")
+COMPOSITES = ("mixture", "static")
+STRATEGIES = (*BASES, *COMPOSITES)
+# What static masks can be made by: fixed masks cannot follow a weight table that moves.
+STATIC_BASES = tuple(s for s in BASES if s != "adaptive")
+# What the input must carry for a strategy: word annotations (spaCy), co-occurrence tables.
+NEEDS_ANNOTATIONS = ("syntax",)  # and entity with masking.entity_ner
+NEEDS_COOCCURRENCE = ("semantic", "contextual")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +96,7 @@ class Settings(typed_settings.Section):
   mixture_weights: tuple[tuple[str, float], ...] = dataclasses.field(init=False)
 
   def __post_init__(self):
-    names = strategies.STRATEGIES
+    names = STRATEGIES
     typed_settings.one_of("masking.strategy", self.strategy, names)
     weights = parse_mixture(self.mixture) if self.strategy == "mixture" else ()
     object.__setattr__(self, "mixture_weights", weights)
@@ -120,7 +132,7 @@ class Settings(typed_settings.Section):
       if self.dupe_factor < 1:
         raise ConfigError(f"masking.dupe_factor={self.dupe_factor} must be >= 1")
       typed_settings.one_of("masking.static_strategy", self.static_strategy,
-                            strategies.STATIC_BASES)
+                            STATIC_BASES)
     if "span" in used:
       if not 0.0 < self.span_p <= 1.0:
         raise ConfigError(f"masking.span_p={self.span_p} must be in (0, 1] (SpanBERT: 0.2)")
@@ -148,7 +160,7 @@ class Settings(typed_settings.Section):
       syntax.parse_weights(self.syntax_weights)
       if self.phrase_max_words < 1:
         raise ConfigError(f"masking.phrase_max_words={self.phrase_max_words} must be >= 1")
-    if used & set(strategies.NEEDS_COOCCURRENCE):
+    if used & set(NEEDS_COOCCURRENCE):
       if self.pmi_ngrams < 1 or self.pmi_min_count < 1:
         raise ConfigError(f"masking.pmi_ngrams={self.pmi_ngrams} and masking.pmi_min_count="
                           f"{self.pmi_min_count} must be >= 1")
@@ -161,9 +173,9 @@ class Settings(typed_settings.Section):
                         " > 0")
 
   def annotates(self) -> bool:
-    """Whether the input carries spaCy's word annotations (data/annotation.py)."""
+    """Whether the input carries spaCy's word annotations (data/text/annotation.py)."""
     used = self.in_use()
-    return bool(used & set(strategies.NEEDS_ANNOTATIONS)) or (
+    return bool(used & set(NEEDS_ANNOTATIONS)) or (
         "entity" in used and self.entity_ner)
 
   def annotator(self) -> annotation.Annotator | None:
@@ -174,7 +186,7 @@ class Settings(typed_settings.Section):
                                 ner="entity" in self.in_use() and self.entity_ner)
 
   def counts_cooccurrence(self) -> bool:
-    return bool(self.in_use() & set(strategies.NEEDS_COOCCURRENCE))
+    return bool(self.in_use() & set(NEEDS_COOCCURRENCE))
 
   def in_use(self) -> set[str]:
     """The strategy and, for mixture/static, the ones it draws on."""

@@ -39,7 +39,7 @@ from typing import Callable
 
 import numpy as np
 
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import cooccurrence as cooccurrence_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import settings as settings_lib
@@ -60,7 +60,7 @@ class Rows:
   maskable: np.ndarray  # [R, T] bool
   budget: np.ndarray    # [R] predictions to make
   want: np.ndarray      # [R] the budget before the max_predictions cap
-  annotations: np.ndarray | None = None  # [R, T, F] word features (data/annotation.py)
+  annotations: np.ndarray | None = None  # [R, T, F] word features (data/text/annotation.py)
 
   @classmethod
   def make(cls, ids, seg, draws, mask_rate: float, max_predictions: int,
@@ -216,10 +216,3 @@ SELECTORS: dict[str, Callable[[Rows, Context], Selection]] = {
     "semantic": select_semantic,
     "contextual": select_contextual,
 }
-# What the input must carry for a strategy: word annotations (spaCy), co-occurrence tables.
-NEEDS_ANNOTATIONS = ("syntax",)  # and entity with masking.entity_ner
-NEEDS_COOCCURRENCE = ("semantic", "contextual")
-COMPOSITES = ("mixture", "static")
-STRATEGIES = (*SELECTORS, *COMPOSITES)
-# What static masks can be made by: fixed masks cannot follow a weight table that moves.
-STATIC_BASES = tuple(s for s in SELECTORS if s != "adaptive")

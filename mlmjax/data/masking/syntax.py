@@ -1,5 +1,5 @@
-"""What the word annotations (data/annotation.py: spaCy's words, POS, dependencies, noun chunks,
-named entities) give the masker: syntactic units and their weights, and recognised entities.
+"""What the word annotations (data/text/annotation.py: spaCy's words, POS, dependencies, noun
+chunks, named entities) give the masker: syntactic units and their weights, and recognised entities.
 
 `syntax` masking picks whole units in a weighted random order (Efraimidis-Spirakis keys, as
 `frequency` does for tokens) while they fit the budget. A unit is, by `masking.syntax_unit`:
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.data.masking import units
 from mlmjax.errors import ConfigError
 

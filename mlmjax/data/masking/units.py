@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.models import special_ids
 
 

@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from mlmjax import paths
-from mlmjax.data import text_files
+from mlmjax.data.corpora import text_files
 from mlmjax.errors import DataError  # pylint: disable=unused-import  (re-exported)
 
 BUILTIN = "builtin"

@@ -3,8 +3,8 @@
 Both kinds are split views (len, a stable repr) whose `sentences(i)` is the i-th document of
 the split as int32 token ids per sentence, empty sentences dropped, and both pickle (grain
 worker processes get a copy). `DocumentReader` tokenizes text on demand, every time it is asked;
-prepared.PreparedSplit reads what `python -m mlmjax.prepare` stored: the same arrays, made by
-the same `tokenize` below. With word annotations (annotation.py: the syntax and NER-entity
+reader.PreparedSplit (data/prepared/) reads what `python -m mlmjax.prepare` stored: the same
+arrays, made by the same `tokenize` below. With word annotations (annotation.py: the syntax and NER-entity
 masking strategies), each sentence is an [n, 1 + F] array: ids, then features.
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mlmjax.data import annotation
-from mlmjax.data import sentences as sentences_lib
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.text import annotation
+from mlmjax.data.text import sentences as sentences_lib
+from mlmjax.data.text import tokenizer as tokenizer_lib
 
 
 def tokenize(tok: tokenizer_lib.Tokenizer, text: str,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlmjax.data import annotation
+from mlmjax.data.text import annotation
 from mlmjax.models import batch_schema
 
 _DTYPES = {k: dtype for k, (_, dtype) in {**batch_schema.ROWS, **batch_schema.HOST_ONLY,

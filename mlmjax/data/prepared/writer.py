@@ -1,4 +1,4 @@
-"""Preparing data: a corpus tokenized once into the prepared format (prepared.py, which also
+"""Preparing data: a corpus tokenized once into the prepared format (reader.py, which also
 writes and reads its manifest). `python -m mlmjax.prepare` is the command.
 
 What the output depends on is the `Plan`, made once from the settings a run will train with: the
@@ -25,7 +25,7 @@ Across machines. With `num_hosts=H, host_index=h` (every host the same plan and 
 disk or a bucket): host 0 makes the tokenizer and stats, the others wait for them (at most
 `host_wait_s`); host h writes the files (split, f) of index h, h + H, ... in the task list;
 whichever host finishes the last file writes the manifest. On more machines than that, with
-retries and a job monitor: the same files as an Apache Beam pipeline (preparation_beam.py).
+retries and a job monitor: the same files as an Apache Beam pipeline (beam.py).
 """
 
 from __future__ import annotations
@@ -44,15 +44,14 @@ import tqdm
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import annotation
-from mlmjax.data import documents
-from mlmjax.data import prepared
-from mlmjax.data import sentences as sentences_lib
-from mlmjax.data import sources
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data import vocab_stats
-from mlmjax.data.masking.settings import Settings as MaskingSettings
-from mlmjax.data.settings import InputSettings, TokenizerSettings
+from mlmjax.data.text import annotation
+from mlmjax.data.text import documents
+from mlmjax.data.prepared import reader
+from mlmjax.data.text import sentences as sentences_lib
+from mlmjax.data.corpora import sources
+from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.data.text import vocab_stats
+from mlmjax.data.text.settings import TokenizerSettings
 
 _PROGRESS_EVERY = 64  # documents between progress updates from a worker
 _NLP_BATCH = 64  # documents spaCy parses at a time
@@ -74,16 +73,6 @@ class Plan:
   tokenizer: TokenizerSettings  # the path of a model to use, or how to train one
   nlp_pipeline: str  # the spaCy pipeline that annotates words (annotation.py); '' = none
 
-  @classmethod
-  def of(cls, data: InputSettings, tokenizer: TokenizerSettings, masking: MaskingSettings,
-         source: str, num_files: int) -> "Plan":
-    """The plan of preparing `source` into `num_files` files per split for a run with these
-    settings: masking's token count sample, and word annotations if its strategy reads them
-    (all of them: any annotating strategy can then train from the folder)."""
-    return cls(source, data.text_field, data.eval_every_nth_document, data.max_document_chars,
-               masking.stats_max_documents, num_files, tokenizer,
-               masking.nlp_pipeline if masking.annotates() else "")
-
   def annotator(self) -> annotation.Annotator | None:
     return annotation.Annotator(self.nlp_pipeline) if self.nlp_pipeline else None
 
@@ -94,7 +83,7 @@ class Plan:
 @dataclasses.dataclass
 class FileWriter:
   """What a worker writes files with: made once per worker process (by the pool's
-  initializer, `_start_worker`, or by the Beam runner's DoFn: preparation_beam.py), then called
+  initializer, `_start_worker`, or by the Beam runner's DoFn: beam.py), then called
   once per file."""
 
   splits: dict[str, sources.TextSource]
@@ -108,24 +97,24 @@ class FileWriter:
   @classmethod
   def of(cls, plan: Plan, splits: dict, tok, annotator, out: str,
          report: Callable[[int, int], None]) -> "FileWriter":
-    return cls(splits, tok, annotator, out, plan.num_files, prepared.id_dtype(tok.vocab_size),
+    return cls(splits, tok, annotator, out, plan.num_files, reader.id_dtype(tok.vocab_size),
                report)
 
   def __call__(self, task: tuple[str, int]) -> tuple[str, dict[str, int]]:
     """Tokenizes documents f, f + F, ... of a split into its file f, then records it done."""
     split, f = task
     docs, out = self.splits[split], self.out
-    name = prepared.file_name(split, f, self.num_files)
+    name = reader.file_name(split, f, self.num_files)
     counts = {"documents": 0, "sentences": 0, "tokens": 0, "empty_documents": 0}
     # Written under a temporary name (local) or locally and uploaded (bucket): a kill never
     # leaves a file that looks complete.
     tmp_dir = tempfile.mkdtemp(prefix="mlmjax-prepare-") if paths.is_remote(out) else None
     tmp = os.path.join(tmp_dir or os.path.join(out, STATE), name + ".partial")
-    writer = array_record_module.ArrayRecordWriter(tmp, prepared.WRITER_OPTIONS)
+    writer = array_record_module.ArrayRecordWriter(tmp, reader.WRITER_OPTIONS)
     pending_docs = pending_tokens = 0
     try:
       for sentences in self._tokenized(docs, range(f, len(docs), self.num_files)):
-        writer.write(prepared.encode_record(sentences, self.dtype))
+        writer.write(reader.encode_record(sentences, self.dtype))
         n_tokens = sum(len(s) for s in sentences)
         counts["documents"] += 1
         counts["sentences"] += len(sentences)
@@ -192,7 +181,7 @@ def _write_in_worker(task: tuple[str, int]) -> tuple[str, dict[str, int]]:
 
 def done_path(out: str, split: str, f: int, num_files: int) -> str:
   """Where a finished file's counts are recorded (its `FileWriter` call's result)."""
-  return paths.join(out, STATE, prepared.file_name(split, f, num_files) + ".json")
+  return paths.join(out, STATE, reader.file_name(split, f, num_files) + ".json")
 
 
 def _tokenize(plan: Plan, splits: dict, tok, annotator, out: str, workers: int, tasks: list,
@@ -233,7 +222,7 @@ def _start_or_resume(out: str, plan: Plan) -> None:
   """Creates OUT/.prepare/plan.json, or checks that a preparation already there is this one."""
   plan_path = paths.join(out, STATE, "plan.json")
   text = plan.to_json()
-  if paths.exists(paths.join(out, prepared.MANIFEST)) or (
+  if paths.exists(paths.join(out, reader.MANIFEST)) or (
       paths.exists(out) and not paths.exists(plan_path)
       and (not paths.isdir(out) or paths.listdir(out))):
     raise errors.UserError(f"--out={out} exists and is not an empty folder; remove it or choose"
@@ -250,16 +239,16 @@ def _start_or_resume(out: str, plan: Plan) -> None:
 
 def tokenizer_and_stats(plan: Plan, train, out: str):
   """Makes the tokenizer and token statistics in OUT (or, resumed, reloads them)."""
-  saved = {k: paths.join(out, n) for k, n in prepared.TOKENIZERS.items()}
+  saved = {k: paths.join(out, n) for k, n in reader.TOKENIZERS.items()}
   tok = tokenizer_lib.get_tokenizer(plan.tokenizer, train, saved)
-  vocab_stats.get_vocab_stats(tok, train, paths.join(out, prepared.STATS),
+  vocab_stats.get_vocab_stats(tok, train, paths.join(out, reader.STATS),
                               plan.stats_max_documents)
   return tok
 
 
 def _wait_for_tokenizer(out: str, host_index: int, host_wait_s: float):
   """What hosts other than 0 do instead: wait for host 0's tokenizer and stats, then load it."""
-  stats_path = paths.join(out, prepared.STATS)
+  stats_path = paths.join(out, reader.STATS)
   logging.info("Waiting for host 0 to write %s", stats_path)
   deadline = time.monotonic() + host_wait_s
   while not paths.exists(stats_path):  # written after the tokenizer
@@ -270,7 +259,7 @@ def _wait_for_tokenizer(out: str, host_index: int, host_wait_s: float):
           " (--host_wait_minutes); run the same command with --host_index=0 (its log says"
           " what it is doing), then run this one again")
     time.sleep(min(_POLL_S, max(deadline - time.monotonic(), 0.0)))
-  saved = (paths.join(out, n) for n in prepared.TOKENIZERS.values())
+  saved = (paths.join(out, n) for n in reader.TOKENIZERS.values())
   return tokenizer_lib.load(next(p for p in saved if paths.exists(p)))
 
 
@@ -279,7 +268,7 @@ def start(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1,
   """Checks the request, then creates (or checks, resuming) OUT's plan; returns OUT as a
   path and the splits {"train": ..., "eval": ...} to prepare."""
   source = plan.source
-  if prepared.is_prepared(source):
+  if reader.is_prepared(source):
     raise errors.DataError(f"--source={source!r} is prepared already; give the text it came"
                            " from")
   if plan.num_files < 1 or workers < 0:
@@ -297,7 +286,7 @@ def start(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1,
 
 def files(plan: Plan) -> list[tuple[str, int]]:
   """Every unit of work: (split, f) for file f of each split."""
-  return [(s, f) for s in prepared.SPLITS for f in range(plan.num_files)]
+  return [(s, f) for s in reader.SPLITS for f in range(plan.num_files)]
 
 
 def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_index: int = 0,
@@ -328,7 +317,7 @@ def prepare(plan: Plan, out: str, workers: int = 0, num_hosts: int = 1, host_ind
               done_docs=docs_of(mine) - docs_of(todo))
   counts = _every_file_s_counts(out, every, num_files)
   if counts is None:
-    if paths.exists(paths.join(out, prepared.MANIFEST)):
+    if paths.exists(paths.join(out, reader.MANIFEST)):
       logging.info("Another host finished %s at the same time as this one", out)
     else:
       logging.info("This host's files are done; %s waits for other hosts' files", out)
@@ -340,7 +329,7 @@ def _every_file_s_counts(out: str, every: list, num_files: int) -> dict | None:
   """The counts of all files by split, or None while some host's files are not done. Also
   None when another host, done at the same moment, has removed .prepare/ already: the last
   hosts race to finish, and either may win (same manifest)."""
-  counts = {s: {} for s in prepared.SPLITS}
+  counts = {s: {} for s in reader.SPLITS}
   try:
     for s, f in every:
       done = json.loads(paths.read_text(done_path(out, s, f, num_files)))
@@ -363,11 +352,11 @@ def finish(out: str, plan: Plan, tok, counts: dict, t0: float) -> dict:
   """Writes the manifest (the folder is prepared data from then on) from every file's counts
   added by split; returns it. `t0`: when the preparation started, by the wall clock (`time.time`:
   a Beam worker may write the manifest for a job started on another machine)."""
-  manifest = prepared.write_manifest(
+  manifest = reader.write_manifest(
       out, source=plan.source, tok=tok, eval_every_nth_document=plan.eval_every_nth_document,
       max_document_chars=plan.max_document_chars,
       stats_max_documents=plan.stats_max_documents, num_files=plan.num_files,
-      counts={s: counts[s] for s in prepared.SPLITS}, nlp_pipeline=plan.nlp_pipeline)
+      counts={s: counts[s] for s in reader.SPLITS}, nlp_pipeline=plan.nlp_pipeline)
   paths.rmtree(paths.join(out, STATE))
   tokens = sum(c["tokens"] for c in counts.values())
   logging.info("Prepared %s: %s training / %s held-out documents, %s tokens, tokenizer %s (%s"

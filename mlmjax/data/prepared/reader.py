@@ -47,9 +47,9 @@ import grain
 import numpy as np
 
 from mlmjax import paths
-from mlmjax.data import annotation
-from mlmjax.data import tokenizer as tokenizer_lib
-from mlmjax.data import vocab_stats as vocab_stats_lib
+from mlmjax.data.text import annotation
+from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.errors import DataError
 
 PREFIX = "prepared:"
@@ -218,7 +218,7 @@ def write_manifest(directory: str, *, source: str, tok: tokenizer_lib.Tokenizer,
                    stats_max_documents: int, num_files: int, counts: dict,
                    nlp_pipeline: str = "") -> dict:
   """Writes DIR/manifest.json (the module docstring's fields), the last file of a preparation
-  (preparation.py); returns it."""
+  (writer.py); returns it."""
   manifest = {
       "format": FORMAT, "version": VERSION, "source": source,
       "tokenizer": {"fingerprint": fingerprint(tok), "vocab_size": tok.vocab_size},

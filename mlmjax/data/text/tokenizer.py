@@ -5,7 +5,7 @@ Special ids are fixed (models/special_ids.py) so every part of mlmjax can rely o
 literal "[MASK]" typed into a document is just text. A user-supplied model must use the same ids.
 
 A Hugging Face tokenizer (a folder: a run started from a Hugging Face checkpoint, or
-`tokenizer.path` naming one) is used through data/hf_tokenizer.py, which maps its special
+`tokenizer.path` naming one) is used through data/text/hf_tokenizer.py, which maps its special
 tokens onto the same ids. Both kinds offer the same methods; `load` and `from_bytes` pick the
 kind, so the rest of mlmjax never asks which one it has.
 """
@@ -104,14 +104,14 @@ class Tokenizer:
 def load(path: str):
   """A sentencepiece `.model` file, or a folder of Hugging Face tokenizer files."""
   if paths.isdir(path):
-    from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top  # [hf] extra
+    from mlmjax.data.text import hf_tokenizer  # pylint: disable=g-import-not-at-top  # [hf] extra
     return hf_tokenizer.HFTokenizer.load(path)
   return Tokenizer.load(path)
 
 
 def from_bytes(data: bytes):
   """The tokenizer of `tok.to_bytes()`, whichever its kind."""
-  from mlmjax.data import hf_tokenizer  # pylint: disable=g-import-not-at-top
+  from mlmjax.data.text import hf_tokenizer  # pylint: disable=g-import-not-at-top
   if hf_tokenizer.is_serialized(data):
     return hf_tokenizer.HFTokenizer.from_bytes(data)
   return Tokenizer(data)

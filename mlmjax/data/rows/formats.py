@@ -32,8 +32,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from mlmjax.data import annotation
-from mlmjax.data import rows as rows_lib
+from mlmjax.data.text import annotation
+from mlmjax.data.rows import packing
 from mlmjax.models import special_ids
 
 FORMATS = ("full_sentences", "doc_sentences", "segment_pair", "sentence_pair", "sop")
@@ -257,10 +257,10 @@ def make_rows(docs: Iterable[Document], data_format: str, seq_len: int, seed: in
   `docs` ends are emitted too.
   """
   make_units = unit_maker(data_format, seq_len, seed, random_document, word_start)
-  packer = rows_lib.Packer(num_bins, seq_len, packs(data_format))
+  packer = packing.Packer(num_bins, seq_len, packs(data_format))
 
   def emit():
-    batch = rows_lib.materialize(packer.take(), seq_len, sequence_keys=sequence_keys,
+    batch = packing.materialize(packer.take(), seq_len, sequence_keys=sequence_keys,
                                  pairs=has_pair_labels(data_format))
     for r in range(len(batch["input_ids"])):
       yield {k: v[r] for k, v in batch.items()}

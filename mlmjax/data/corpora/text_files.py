@@ -37,7 +37,7 @@ from absl import logging
 import numpy as np
 
 from mlmjax import paths as paths_lib
-from mlmjax.data import streamed
+from mlmjax.data.corpora import streamed
 from mlmjax.errors import DataError
 
 _SNIFF_BYTES = 8192  # how much of each file the binary check looks at

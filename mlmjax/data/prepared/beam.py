@@ -1,13 +1,13 @@
 """Preparing data as an Apache Beam pipeline: `python -m mlmjax.prepare ... --runner=beam`.
 
-The same plan, units of work and output as the local path (preparation.py), on whatever Beam
+The same plan, units of work and output as the local path (writer.py), on whatever Beam
 runs on: Dataflow, Flink, Spark, or this machine. The pipeline:
 
     one element --> tokenizer and token statistics, made once in OUT --> side input
     (split, f) for every file --> [reshuffled over workers] --> write the file --> its counts
     counts --> added per split --> all of them --> manifest.json (last)
 
-Each element is one output file, written by preparation.FileWriter exactly as a local worker
+Each element is one output file, written by writer.FileWriter exactly as a local worker
 writes it, so the folder is byte-identical to a local preparation of the same plan. A file is
 written under a temporary name and recorded done afterwards: a retried element (a worker lost,
 an exception) writes its file again from the start, and an element whose file is recorded done
@@ -36,10 +36,10 @@ import tqdm
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.data import preparation
-from mlmjax.data import prepared
-from mlmjax.data import streamed
-from mlmjax.data import tokenizer as tokenizer_lib
+from mlmjax.data.prepared import writer
+from mlmjax.data.prepared import reader
+from mlmjax.data.corpora import streamed
+from mlmjax.data.text import tokenizer as tokenizer_lib
 
 # Imported only for --runner=beam (mlmjax/prepare.py): the local path needs no Beam. Importing
 # it warns on the root logger that BigQuery's client is absent, which nothing here uses.
@@ -90,7 +90,7 @@ def pipeline_options(text: str) -> "beam_options.PipelineOptions":
   return options
 
 
-def prepare(plan: preparation.Plan, out: str, options_text: str = "") -> dict:
+def prepare(plan: writer.Plan, out: str, options_text: str = "") -> dict:
   """Makes (or completes) the prepared folder `out` by `plan` with a Beam pipeline; returns its
   manifest."""
   options = pipeline_options(options_text)
@@ -102,19 +102,19 @@ def prepare(plan: preparation.Plan, out: str, options_text: str = "") -> dict:
   if runner not in beam_options.StandardOptions.LOCAL_RUNNERS:
     _check_remote_workers_can_read(plan, out, runner)
   t0 = time.time()
-  out, splits = preparation.start(plan, out)
-  splits_path = paths.join(out, preparation.STATE, _SPLITS_FILE)
+  out, splits = writer.start(plan, out)
+  splits_path = paths.join(out, writer.STATE, _SPLITS_FILE)
   paths.write_atomic(splits_path, pickle.dumps(splits))
   if plan.nlp_pipeline:
     plan.annotator().nlp  # pylint: disable=pointless-statement  # a missing pipeline fails here
-  every = preparation.files(plan)
+  every = writer.files(plan)
   tok = (pipeline | "Once" >> beam.Create([None])
          | "Tokenizer and stats" >> beam.Map(_tokenizer_and_stats, plan, splits_path, out))
   counts = (pipeline | "Files" >> beam.Create(every)
             | "Spread" >> beam.Reshuffle()
             | "Write" >> beam.ParDo(_WriteFile(plan, splits_path, out),
                                     beam.pvalue.AsSingleton(tok))
-            | "Add by split" >> beam.CombinePerKey(preparation.add_counts)
+            | "Add by split" >> beam.CombinePerKey(writer.add_counts)
             | "All" >> beam.combiners.ToDict())
   _ = counts | "Manifest" >> beam.Map(_finish, plan, out, beam.pvalue.AsSingleton(tok), t0)
   logging.info("Preparing %d files per split with Beam (%s)", plan.num_files,
@@ -130,7 +130,7 @@ def prepare(plan: preparation.Plan, out: str, options_text: str = "") -> dict:
   logging.info("Beam tokenized %s tokens in %.1f s (%s tokens/s over all workers, the"
                " tokenizer's making included)", f"{tokens:,}", seconds,
                f"{tokens / seconds:,.0f}")
-  return json.loads(paths.read_text(paths.join(out, prepared.MANIFEST)))
+  return json.loads(paths.read_text(paths.join(out, reader.MANIFEST)))
 
 
 def _counter(result, name: str) -> int:
@@ -139,7 +139,7 @@ def _counter(result, name: str) -> int:
   return sum(r.result for r in result.metrics().query(query)["counters"])
 
 
-def _check_remote_workers_can_read(plan: preparation.Plan, out: str, runner: str) -> None:
+def _check_remote_workers_can_read(plan: writer.Plan, out: str, runner: str) -> None:
   """A runner on other machines reads the source, the tokenizer and OUT from there: refuse a
   path on this machine now, not in a worker's log after the job started."""
   if plan.source.startswith("tfds:"):
@@ -159,9 +159,9 @@ def _check_remote_workers_can_read(plan: preparation.Plan, out: str, runner: str
           " this machine, which the workers cannot read; give them .txt or .jsonl files")
 
 
-def _tokenizer_and_stats(_, plan: preparation.Plan, splits_path: str, out: str) -> bytes:
+def _tokenizer_and_stats(_, plan: writer.Plan, splits_path: str, out: str) -> bytes:
   splits = pickle.loads(paths.read_bytes(splits_path))
-  return preparation.tokenizer_and_stats(plan, splits["train"], out).to_bytes()
+  return writer.tokenizer_and_stats(plan, splits["train"], out).to_bytes()
 
 
 class _Counters:
@@ -179,7 +179,7 @@ class _Counters:
 class _WriteFile(beam.DoFn):
   """(split, f) -> (split, the file's counts), the file written (or found done)."""
 
-  def __init__(self, plan: preparation.Plan, splits_path: str, out: str):
+  def __init__(self, plan: writer.Plan, splits_path: str, out: str):
     self.plan, self.splits_path, self.out = plan, splits_path, out
     self.writer = None
 
@@ -190,41 +190,41 @@ class _WriteFile(beam.DoFn):
 
   def process(self, task, tokenizer_bytes: bytes):
     split, f = task
-    done = preparation.done_path(self.out, split, f, self.plan.num_files)
+    done = writer.done_path(self.out, split, f, self.plan.num_files)
     if paths.exists(done):
       yield split, json.loads(paths.read_text(done))
       return
     if self.writer is None:
       tok = tokenizer_lib.from_bytes(tokenizer_bytes)
-      self.writer = preparation.FileWriter.of(self.plan, self.splits, tok, self.annotator,
+      self.writer = writer.FileWriter.of(self.plan, self.splits, tok, self.annotator,
                                               self.out, _Counters())
     t = time.perf_counter()
     _, counts = self.writer(task)
     logging.info("%s: %s documents, %s tokens in %.2f s",
-                 prepared.file_name(split, f, self.plan.num_files), f"{counts['documents']:,}",
+                 reader.file_name(split, f, self.plan.num_files), f"{counts['documents']:,}",
                  f"{counts['tokens']:,}", time.perf_counter() - t)
     self.files.inc()
     yield split, counts
 
 
-def _finish(counts: dict, plan: preparation.Plan, out: str, tokenizer_bytes: bytes,
+def _finish(counts: dict, plan: writer.Plan, out: str, tokenizer_bytes: bytes,
             t0: float) -> None:
-  counts = {s: counts.get(s, {}) for s in prepared.SPLITS}
-  preparation.finish(out, plan, tokenizer_lib.from_bytes(tokenizer_bytes), counts, t0)
+  counts = {s: counts.get(s, {}) for s in reader.SPLITS}
+  writer.finish(out, plan, tokenizer_lib.from_bytes(tokenizer_bytes), counts, t0)
 
 
 @contextlib.contextmanager
 def _progress(out: str, every: list, num_files: int):
   """A bar of finished files, read from OUT while the pipeline runs (any runner)."""
   stop = threading.Event()
-  names = {prepared.file_name(s, f, num_files) + ".json" for s, f in every}
-  state = paths.join(out, preparation.STATE)
+  names = {reader.file_name(s, f, num_files) + ".json" for s, f in every}
+  state = paths.join(out, writer.STATE)
 
   def watch():
     with tqdm.tqdm(total=len(every), unit=" files", desc="Preparing (Beam)") as bar:
       while True:
         finished = stop.wait(_POLL_S)
-        done = (len(every) if paths.exists(paths.join(out, prepared.MANIFEST))
+        done = (len(every) if paths.exists(paths.join(out, reader.MANIFEST))
                 else len(names.intersection(paths.listdir(state))) if paths.exists(state)
                 else 0)
         bar.update(done - bar.n)
