@@ -21,7 +21,7 @@ from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
 from mlmjax.hf import exporter
 from mlmjax.hf import heads
 from mlmjax.parallel import sharding
-from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import assembly
 
 
 LABELS = {"classification": ["no", "yes", "maybe"], "token_classification": ["O", "B-X", "I-X"]}
@@ -34,7 +34,7 @@ def _model(kind_name: str, tokenizer_path: str, format_: str, pooling: str = "au
   config.data.format = format_
   config.model.update(position_embedding_type="learned", hidden_size=32, num_layers=2,
                       num_heads=2, intermediate_size=64, max_position_embeddings=64)
-  pre = RunSettings.from_config(config)
+  pre = assembly.Assembly.of(config)
   ft = finetune_config.get_config()
   ft.data.seq_len, ft.model.pooling, ft.qa.max_query_length = 32, pooling, 8
   settings = FinetuneSettings.from_config(ft)
@@ -44,7 +44,7 @@ def _model(kind_name: str, tokenizer_path: str, format_: str, pooling: str = "au
   setup = trainer.model_setup(settings, pre, kind, tok.vocab_size, mesh,
                               settings.train.optimizer_settings(1))
   record = {"task": "test", **kind.record()}
-  return finished.FinetunedModel(settings, record, pre, tok, kind, 0,
+  return finished.FinetunedModel(settings, record, pre.settings, tok, kind, 0,
                                  setup.init_fn()["params"], setup)
 
 
