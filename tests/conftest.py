@@ -191,14 +191,21 @@ def assert_resumes_exactly(config, straight, split, stop_after, caplog):
   caplog.clear()
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(config, split)
-  assert f"Resumed from checkpoint at step {stop_after} in " in caplog.text
-  with open(os.path.join(split, "metrics.jsonl"), encoding="utf-8") as f:
-    logged = [row["step"] for row in map(json.loads, f) if "loss" in row]
-  assert logged == sorted(set(logged)), f"a step was trained twice: {logged}"
+  assert_resumed(split, stop_after, caplog.text)
   a, b = saved_state(straight), saved_state(split)
   assert int(a["step"]) == int(b["step"]) > stop_after
   assert_same_arrays(a, b)
   return a, b
+
+
+def assert_resumed(workdir, step, log: str) -> None:
+  """The run in `workdir` (pretraining or fine-tuning) resumed from its checkpoint of `step`,
+  as `log` says, and trained no step twice (its metrics.jsonl): a run that ignored its
+  checkpoint and trained from step 0 fails, though it may end with the same state."""
+  assert f"from checkpoint at step {step} in " in log
+  with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
+    logged = [row["step"] for row in map(json.loads, f) if "loss" in row]
+  assert logged == sorted(set(logged)), f"a step was trained twice: {logged}"
 
 
 def assert_same_arrays(a, b, **tolerance):

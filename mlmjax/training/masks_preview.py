@@ -55,7 +55,8 @@ def show(parts: assembly.Assembly, workdir: str, count: int) -> tuple[list[dict]
   table = inp.cooccurrence or cooccurrence.compute(
       pipeline.tokenized(inp.train_source, inp.tokenizer), inp.stats,
       min(settings.masking.stats_max_documents, _NGRAM_DOCUMENTS),
-      settings.masking.pmi_ngrams, settings.masking.pmi_min_count)
+      settings.masking.pmi_ngrams, settings.masking.pmi_min_count,
+      settings.masking.pmi_length_shares)
   original = batch["input_ids"]
   ngrams = display.ngram_unit_ids(original, batch["segment_ids"], inp.stats, table)
   rows = display.rows(out, original, inp.tokenizer.word_pieces(), count)

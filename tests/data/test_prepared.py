@@ -4,6 +4,7 @@ and onto grain worker processes ends exactly as one that never stopped."""
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -13,7 +14,8 @@ import numpy as np
 import pytest
 
 from configs import tiny
-from conftest import REPO, assert_same_arrays, base_shape, build_input, prepare, saved_state, train_iter, user_env
+from conftest import (REPO, assert_resumed, assert_same_arrays, base_shape, build_input, prepare,
+                      saved_state, train_iter, user_env)
 from masking_cases import NLP
 from mlmjax import errors
 from mlmjax.data.text import annotation
@@ -146,7 +148,7 @@ def test_prepare_refuses_bad_output_and_prepared_input(kjv, tmp_path):
 
 @pytest.mark.slow
 def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro_config,
-                                                                      tmp_path):
+                                                                      tmp_path, caplog):
   """8 steps from the text in this process; the same run stopped after step 4's checkpoint
   and resumed from the prepared data with 2 grain worker processes and device prefetch ends
   with the same parameters."""
@@ -157,7 +159,9 @@ def test_resume_from_raw_text_onto_prepared_data_and_workers_is_exact(kjv, micro
   shutil.rmtree(os.path.join(split, "checkpoints", "8"))  # as if it had stopped after step 4
   micro_config.data.source = f"prepared:{kjv}"
   micro_config.data.worker_count = 2
-  train.train_and_evaluate(micro_config, split)
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(micro_config, split)
+  assert_resumed(split, 4, caplog.text)
   a, b = saved_state(straight), saved_state(split)
   assert int(a["step"]) == int(b["step"]) == 8
   assert_same_arrays(a, b)

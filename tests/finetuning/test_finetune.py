@@ -3,6 +3,7 @@ this process, and through the commands as a user runs them (subprocesses, one de
 
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import tiny
-from conftest import REPO, saved_state, user_env
+from conftest import REPO, assert_resumed, saved_state, user_env
 from mlmjax import embed
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
@@ -268,7 +269,8 @@ def test_tokenizer_command(tmp_path):
     ("kjv_continuation", "RoFormerForMultipleChoice"),
     ("kjv_retrieval", "RoFormerModel"),
 ])
-def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretrained, tmp_path):
+def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretrained, tmp_path,
+                                                           caplog):
   """Each kind through the same machinery on 8 devices: a run resumed from its step-2
   checkpoint (as a preemption after step 2 leaves it) ends exactly where the uninterrupted run
   ends (same dev scores, same parameters), and its model leaves as transformers' class with
@@ -297,7 +299,9 @@ def test_each_task_kind_trains_resumes_exactly_and_exports(task, hf_class, pretr
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, _, **__: loaded.append(event)
       if event == "/jax/compilation_cache/cache_retrieval_time_sec" else None)
-  resumed = trainer.finetune(config, pretrained, data, str(tmp_path / "resumed"))
+  with caplog.at_level(logging.INFO):
+    resumed = trainer.finetune(config, pretrained, data, str(tmp_path / "resumed"))
+  assert_resumed(tmp_path / "resumed", 2, caplog.text)
   assert resumed["dev"] == full["dev"]
   assert loaded and any(name.startswith("jit_train_step-") for name in os.listdir(cache))
   last = {run: _flat(ocp.StandardCheckpointer().restore(os.path.join(

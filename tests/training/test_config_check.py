@@ -60,11 +60,16 @@ def _config(**masking):
     (dict(strategy="syntax", syntax_unit="subtree", phrase_max_words=0),
      "masking.phrase_max_words=0 must be >= 1"),
     (dict(strategy="semantic", pmi_ngrams=0), "masking.pmi_ngrams=0 and"
-     " masking.pmi_min_count=5 must be >= 1"),
+     " masking.pmi_min_count=11 must be >= 1"),
+    (dict(strategy="semantic", pmi_length_shares=(0.5, 0.5, 0.5, 0.5)),
+     "masking.pmi_length_shares=(0.5, 0.5, 0.5, 0.5) must be 4 shares (of 2-, 3-, 4- and"
+     " 5-grams) >= 0 summing to 1"),
+    (dict(strategy="entity", entity_probability=0.0), "masking.entity_probability=0.0 must be"
+     " in (0, 1] (1: entities first)"),
     (dict(strategy="contextual", stats_max_documents=0), "masking.strategy 'semantic' and"
      " 'contextual' count word co-occurrences: set masking.stats_max_documents > 0"),
-    (dict(strategy="contextual", contextual_temperature=0.0),
-     "masking.contextual_temperature=0.0 must be > 0"),
+    (dict(strategy="contextual", contextual_candidates=0),
+     "masking.contextual_candidates=0 must be >= 1 (1: whole-word masking)"),
     (dict(strategy="entity", entity_gazetteer="no/such/names.txt"),
      "masking.entity_gazetteer: 'no/such/names.txt' does not exist"),
     (dict(strategy="adaptive", adaptive_every_steps=0), "masking.adaptive_every_steps=0 must"

@@ -150,6 +150,19 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   assert len(logged) == 1 and logged[0].startswith(
       f"Fit (from {workdir}/fit.json): train.grad_accum_steps=2, model.remat='dots_saveable'")
   assert "Resumed from checkpoint at step 2" in caplog.text
+  # A fit.json made for other devices (here: 4 of them) is not reused: the fit chooses again
+  # for these 8 and keeps what it chose for them.
+  saved["made_for"]["devices"] = 4
+  with open(os.path.join(workdir, "fit.json"), "w") as f:
+    json.dump(saved, f)
+  caplog.clear()
+  with caplog.at_level(logging.INFO):
+    train.train_and_evaluate(config, workdir)
+  logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
+  assert logged[0] == (f"Fit: {workdir}/fit.json was made for other devices or settings;"
+                       " choosing again")
+  assert logged[-1].endswith("(5 candidates compiled)")
+  assert json.load(open(os.path.join(workdir, "fit.json")))["made_for"]["devices"] == 8
 
 
 @pytest.mark.slow  # compiles several real programs

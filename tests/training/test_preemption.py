@@ -122,22 +122,31 @@ def test_sigkill_at_random_moments_and_mid_save_resumes_exactly(tmp_path, tokeni
   workdir = str(tmp_path)
   ckpt_dir = os.path.join(workdir, "checkpoints")
   rng = random.Random(0)
-  kills = 0
+  kills = mid_save = 0
+  saving = lambda: any("tmp" in n for n in os.listdir(ckpt_dir))
   for mode in ("random", "during_save", "random", "during_save"):
+    saved = latest_step(workdir)
     proc = _start(workdir, tokenizer_path)
-    _wait_for(proc, "| loss")  # training is under way
+    log = "".join(_wait_for(proc, "| loss"))  # training is under way
+    if saved is not None:  # every rerun takes up the last checkpoint, not step 0
+      assert f"Resumed from checkpoint at step {saved} in " in log
     if mode == "random":
       time.sleep(rng.uniform(0.0, 1.5))
     else:  # the moment a save's temporary directory shows up
       deadline = time.time() + 60
-      while time.time() < deadline and not any("tmp" in n for n in os.listdir(ckpt_dir)):
+      while time.time() < deadline and not saving():
         time.sleep(0.002)
     if proc.poll() is None:
       proc.kill()
       kills += 1
+      proc.wait()
+      # killed inside a save: its temporary directory is left behind, unfinished
+      mid_save += mode == "during_save" and saving()
     proc.wait()
-  assert kills >= 3
-  _run_to_end(workdir, tokenizer_path)
+  assert kills >= 3 and mid_save >= 1
+  saved = latest_step(workdir)
+  assert saved is not None
+  assert f"Resumed from checkpoint at step {saved} in " in _run_to_end(workdir, tokenizer_path)
   _assert_same(_final(workdir), uninterrupted)
 
 

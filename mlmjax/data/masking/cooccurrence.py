@@ -4,19 +4,23 @@ Words are the masker's words (units.py: a ▁-piece and its continuation, punctu
 each identified by a 64-bit hash of its pieces, so the tables are tokenizer-exact and the
 masker finds them again in packed rows with the same function (`word_hashes`).
 
-  semantic    PMI-Masking (Levine et al., ICLR 2021). Word n-grams of 2 to 5 words seen at least
-              `masking.pmi_min_count` times are ranked by the paper's PMI_n: log p(w1..wn) minus
-              the largest sum of log-probabilities over the n-gram's segmentations into two or
-              more contiguous parts; the top `masking.pmi_ngrams` form the vocabulary. In a row,
-              its occurrences (longest first; one overlapped by an earlier one of the same
-              length is dropped) are units taken whole, and every other token a unit of its own,
-              in a uniformly random order while they fit the budget.
-  contextual  InforMask (Sadeq et al., EMNLP 2022). A word's informative relevance in a row is the
-              sum of its PMI with the words within WINDOW words of it in its sequence (pairs seen
-              fewer than pmi_min_count times count 0). Whole words are taken in the order of
-              Efraimidis-Spirakis keys with weight exp(relevance / masking.contextual_temperature),
-              so the most informative words are masked most often and masks still change every
-              epoch (a temperature near 0: always the top words; large: whole-word masking).
+  semantic    PMI-Masking (Levine et al., ICLR 2021; github.com/AI21Labs/pmi-masking). Word
+              n-grams of 2 to 5 words seen at least `masking.pmi_min_count` times (the paper:
+              more than 10) are ranked by the paper's PMI_n: log p(w1..wn) minus the largest sum
+              of log-probabilities over the n-gram's segmentations into two or more contiguous
+              parts, each length apart; the vocabulary is the top `masking.pmi_ngrams` in the
+              paper's shares (LENGTH_SHARES: half bigrams). In a row, its occurrences are units
+              taken whole (one inside a longer one gives way to it; of two overlapping
+              otherwise, one at random), every other word a unit of its own, all in a
+              uniformly random order while they fit the budget; the 80/10/10 replacement is
+              decided per unit.
+  contextual  InforMask (Sadeq et al., EMNLP 2022). The informative relevance of a mask is the
+              PMI of each masked word with each unmasked word within WINDOW words of it in its
+              sequence, summed (pairs seen fewer than pmi_min_count times count 0): high when
+              the context predicts what is hidden. The paper's sample-and-score: each step,
+              masking.contextual_candidates random whole-word masks of the budget are drawn for
+              a row and the one of the highest relevance is kept, so informative words are
+              masked most often and masks change every step.
 
 Counted once per run over the same document sample as the token counts
 (`masking.stats_max_documents` documents, evenly spaced), exactly, with numpy's sorted unique
@@ -42,6 +46,9 @@ from mlmjax.data.masking.uniforms import GOLDEN, M1, M2, mix64
 from mlmjax.models import special_ids
 
 MAX_N = 5  # the longest n-gram (the paper's)
+# The PMI vocabulary's shares of 2-, 3-, 4- and 5-grams: PMI_n is length-sensitive, so each
+# length is ranked apart (the paper's masking vocabulary, github.com/AI21Labs/pmi-masking).
+LENGTH_SHARES = (0.5, 0.25, 0.125, 0.125)
 WINDOW = 5  # words on each side a word's relevance counts
 MAX_WORDS = 2_000_000  # the most words counted (memory: module docstring)
 _VERSION = 1
@@ -117,9 +124,11 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
-            num_ngrams: int, min_count: int) -> Cooccurrence:
+            num_ngrams: int, min_count: int, length_shares=LENGTH_SHARES) -> Cooccurrence:
   """The tables from an evenly spaced sample of `max_documents` tokenized documents, taken in a
-  fixed random order (so a sample cut at MAX_WORDS is still spread over the corpus)."""
+  fixed random order (so a sample cut at MAX_WORDS is still spread over the corpus).
+  `length_shares`: the vocabulary's share of 2-, 3-, 4- and 5-grams (each length ranked
+  apart)."""
   n_docs = len(documents)
   picked = (np.arange(n_docs) if n_docs <= max_documents
             else np.arange(max_documents) * n_docs // max_documents)
@@ -152,8 +161,8 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
     uniq, first, counts = _counts(at[n][ok])
     log_p[n] = (uniq, np.log(counts / total))
     grams[n] = (uniq, np.flatnonzero(ok)[first], counts)
-  candidates, scores = [], []
-  for n in range(2, MAX_N + 1):
+  vocabulary = []
+  for n, share in zip(range(2, MAX_N + 1), length_shares):
     uniq, where, counts = grams[n]
     keep = counts >= min_count
     best = np.full(keep.sum(), -np.inf)
@@ -163,10 +172,9 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
         idx, found = _lookup(log_p[b - a][0], at[b - a][where[keep] + a])
         total_lp += np.where(found, log_p[b - a][1][idx], log_p[n][1][keep])
       best = np.maximum(best, total_lp)
-    candidates.append(uniq[keep])
-    scores.append(np.log(counts[keep] / total) - best)
-  cand, score = np.concatenate(candidates), np.concatenate(scores)
-  top = np.argsort(-score, kind="stable")[:num_ngrams]
+    score = np.log(counts[keep] / total) - best
+    top = np.argsort(-score, kind="stable")[:int(round(share * num_ngrams))]
+    vocabulary.append(uniq[keep][top])
   lefts, keys = _pairs(words, run)
   left = np.concatenate(lefts)
   right = np.concatenate([i + d for d, i in enumerate(lefts, 1)])
@@ -177,7 +185,8 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
   lp_a = uni_lp[np.searchsorted(uni_h, at[1][left[first[kept]]])]
   lp_b = uni_lp[np.searchsorted(uni_h, at[1][right[first[kept]]])]
   pmi = np.log(pair_counts[kept] / max(len(left), 1)) - lp_a - lp_b
-  return Cooccurrence(np.sort(cand[top]), pair_keys[kept], pmi.astype(np.float32))
+  return Cooccurrence(np.sort(np.concatenate(vocabulary)), pair_keys[kept],
+                     pmi.astype(np.float32))
 
 
 def _segmentations(n: int):
@@ -186,58 +195,93 @@ def _segmentations(n: int):
     yield from itertools.combinations(range(1, n), k)
 
 
-def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence
-                ) -> tuple[np.ndarray, np.ndarray]:
-  """-> [R, T] unit heads of `semantic`: the first piece of each vocabulary n-gram occurrence
-  kept (module docstring), and every maskable token outside them; [R, T] the pieces inside
-  those n-grams."""
+def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence,
+                priority: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """-> [R, T] unit heads of `semantic` and [R, T] the pieces inside its n-grams.
+
+  PMI-Masking's units: each occurrence of a vocabulary n-gram is a unit, and each word outside
+  them (whole-word masking). An occurrence inside a longer one gives way to it; of occurrences
+  that overlap otherwise, one wins at random and the other's words outside it are words of
+  their own. `priority` [R, T] decides, at each occurrence's first piece (the higher wins); None:
+  the earlier one wins."""
   num_rows, length = starts.shape
   r, c = np.nonzero(starts)
   words, run = _words_of(starts, hashes, seg)
   w = len(words)
-  taken = np.zeros(w, bool)  # word covered by a kept n-gram
-  heads_w = np.zeros(w, bool)
-  for n in range(MAX_N, 1, -1):
+  index = np.arange(w)
+  span = np.zeros(w, np.int64)  # words of the longest vocabulary n-gram starting at each word
+  for n in range(2, MAX_N + 1):
     h, ok = ngram_hashes(words, run, n)
     _, found = _lookup(table.ngrams, h)
-    match = ok & found
-    # Dropped when an earlier occurrence of the same length overlaps it, or a longer one did.
-    # (Shifts by j < w only: a batch may hold fewer words than an n-gram.)
-    earlier = np.zeros(w, bool)
-    for j in range(1, min(n, w)):
-      earlier[j:] |= match[:-j]
-    blocked = np.zeros(w, bool)
-    for j in range(min(n, w)):
-      blocked[:w - j] |= taken[j:]
-    match &= ~earlier & ~blocked
-    heads_w |= match
-    for j in range(min(n, w)):
-      taken[j:] |= match[:w - j]
+    span = np.where(ok & found, n, span)
+  end = np.where(span > 0, index + span, 0)
+  earlier_end = np.maximum.accumulate(np.concatenate([[0], end[:-1]]))[:w]
+  alive = (span > 0) & (earlier_end < end)  # not inside an earlier, longer occurrence
+  prio = (-index.astype(np.float64) if priority is None else priority[r, c])
+  kept = np.zeros(w, bool)
+  while alive.any():  # rounds of local winners: the same as taking them by priority, one by one
+    beaten = np.zeros(w, bool)
+    for d in range(1, min(MAX_N, w)):
+      # i overlaps i + d when d < span[i]; each loses to the other's higher priority
+      pair = alive[:-d] & alive[d:] & (d < span[:-d])
+      beaten[:-d] |= pair & (prio[d:] > prio[:-d])
+      beaten[d:] |= pair & (prio[:-d] > prio[d:])
+    won = alive & ~beaten
+    kept |= won
+    lost = np.zeros(w, bool)
+    for d in range(1, min(MAX_N, w)):
+      lost[d:] |= won[:-d] & (d < span[:-d])  # starts inside a winner
+      lost[:-d] |= won[d:] & (d < span[:-d])  # a winner starts inside it
+    alive &= ~won & ~lost
+  taken = np.zeros(w, bool)  # words inside a kept occurrence
+  for j in range(min(MAX_N, w)):  # (slices of j < w only: a batch may hold fewer words)
+    taken[j:] |= kept[:w - j] & (j < span[:w - j])
   word_col = units.head_cols(starts)
   covered_word = np.zeros((num_rows, length), bool)
   covered_word[r, c] = taken
   head_word = np.zeros((num_rows, length), bool)
-  head_word[r, c] = heads_w
+  head_word[r, c] = kept
   rr = np.arange(num_rows)[:, None]
   in_ngram = maskable & (word_col >= 0) & covered_word[rr, np.maximum(word_col, 0)]
-  # An n-gram's later words continue its unit; tokens outside n-grams are units of their own.
-  return (head_word & maskable) | (maskable & ~in_ngram), in_ngram
+  # An n-gram's later words continue its unit; a word outside them is a unit of its own.
+  return maskable & (head_word | (starts & ~in_ngram)), in_ngram
 
 
-def relevance(starts, hashes, seg, table: Cooccurrence) -> np.ndarray:
-  """[R, T] informative relevance at each word start (module docstring), 0 elsewhere."""
-  r, c = np.nonzero(starts)
+@dataclasses.dataclass(frozen=True)
+class WordPairs:
+  """The word pairs of some rows with a PMI in the table: words within WINDOW of each other in
+  one sequence, by their place among the rows' word starts (row-major)."""
+
+  row: np.ndarray    # [Q] the row of each pair
+  left: np.ndarray   # [Q] index of its first word
+  right: np.ndarray  # [Q] index of its second word
+  pmi: np.ndarray    # [Q]
+
+
+def word_pairs(starts, hashes, seg, table: Cooccurrence) -> WordPairs:
+  """The pairs of the rows' words whose PMI the table holds (pairs seen fewer than
+  pmi_min_count times are not there: their PMI is too uncertain to count)."""
+  r, _ = np.nonzero(starts)
   words, run = _words_of(starts, hashes, seg)
-  score = np.zeros(len(words))
-  lefts, keys = _pairs(words, run)
-  for d, left, k in zip(range(1, WINDOW + 1), lefts, keys):
-    idx, found = _lookup(table.pairs, k)
-    pmi = np.where(found, table.pair_pmi[idx] if len(table.pairs) else 0.0, 0.0)
-    np.add.at(score, left, pmi)
-    np.add.at(score, left + d, pmi)
-  out = np.zeros(starts.shape)
-  out[r, c] = score
-  return out
+  rows, lefts, rights, pmis = [], [], [], []
+  for d, (left, keys) in enumerate(zip(*_pairs(words, run)), 1):
+    idx, found = _lookup(table.pairs, keys)
+    rows.append(r[left[found]])
+    lefts.append(left[found])
+    rights.append(left[found] + d)
+    pmis.append(table.pair_pmi[idx[found]].astype(np.float64))
+  cat = lambda parts, dtype: np.concatenate(parts + [np.zeros(0, dtype)])
+  return WordPairs(cat(rows, np.int64), cat(lefts, np.int64), cat(rights, np.int64),
+                   cat(pmis, np.float64))
+
+
+def informative_relevance(pairs: WordPairs, masked_words: np.ndarray, num_rows: int
+                          ) -> np.ndarray:
+  """[R] InforMask's informative relevance of each row's mask: the PMI of every masked word
+  with every unmasked word near it, summed (masked_words [W]: by word index). A mask scores
+  high when it hides words its context predicts, and loses what two masked words share."""
+  split = masked_words[pairs.left] != masked_words[pairs.right]
+  return np.bincount(pairs.row, weights=pairs.pmi * split, minlength=num_rows)
 
 
 def save(table: Cooccurrence, path: str) -> None:
@@ -258,13 +302,13 @@ def path_beside(stats_path: str) -> str:
 
 
 def get(documents, stats, path: str, max_documents: int, num_ngrams: int,
-        min_count: int) -> Cooccurrence:
+        min_count: int, length_shares=LENGTH_SHARES) -> Cooccurrence:
   """The run's tables: the saved ones at `path`, else computed and saved there."""
   if paths.exists(path):
     logging.info("Reusing co-occurrence statistics %s", path)
     return load(path)
   logging.info("Counting word n-grams and pairs of up to %d documents...", max_documents)
-  table = compute(documents, stats, max_documents, num_ngrams, min_count)
+  table = compute(documents, stats, max_documents, num_ngrams, min_count, length_shares)
   save(table, path)
   logging.info("Saved %d PMI n-grams and %d word pairs to %s", len(table.ngrams),
                len(table.pairs), path)

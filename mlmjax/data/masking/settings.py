@@ -79,13 +79,15 @@ class Settings(typed_settings.Section):
   entity_heuristic: bool
   entity_ner: bool
   entity_labels: str
+  entity_probability: float
   nlp_pipeline: str
   syntax_unit: str
   phrase_max_words: int
   syntax_weights: str
   pmi_ngrams: int
+  pmi_length_shares: tuple
   pmi_min_count: int
-  contextual_temperature: float
+  contextual_candidates: int
   frequency_alpha: float
   mixture: str
   dupe_factor: int
@@ -155,6 +157,9 @@ class Settings(typed_settings.Section):
                         " phrase per line)")
     if "entity" in used:
       syntax.parse_labels(self.entity_labels)
+      if not 0.0 < self.entity_probability <= 1.0:
+        raise ConfigError(f"masking.entity_probability={self.entity_probability} must be in"
+                          " (0, 1] (1: entities first)")
     if "syntax" in used:
       typed_settings.one_of("masking.syntax_unit", self.syntax_unit, syntax.UNITS)
       syntax.parse_weights(self.syntax_weights)
@@ -164,13 +169,17 @@ class Settings(typed_settings.Section):
       if self.pmi_ngrams < 1 or self.pmi_min_count < 1:
         raise ConfigError(f"masking.pmi_ngrams={self.pmi_ngrams} and masking.pmi_min_count="
                           f"{self.pmi_min_count} must be >= 1")
+      shares = self.pmi_length_shares
+      if (len(shares) != 4 or min(shares) < 0
+          or abs(sum(shares) - 1.0) > 1e-6):
+        raise ConfigError(f"masking.pmi_length_shares={shares} must be 4 shares (of 2-, 3-, 4-"
+                          " and 5-grams) >= 0 summing to 1")
       if self.stats_max_documents == 0:
         raise ConfigError("masking.strategy 'semantic' and 'contextual' count word"
                           " co-occurrences: set masking.stats_max_documents > 0")
-    if "contextual" in used and not (np.isfinite(self.contextual_temperature)
-                                     and self.contextual_temperature > 0):
-      raise ConfigError(f"masking.contextual_temperature={self.contextual_temperature} must be"
-                        " > 0")
+    if "contextual" in used and self.contextual_candidates < 1:
+      raise ConfigError(f"masking.contextual_candidates={self.contextual_candidates} must be"
+                        " >= 1 (1: whole-word masking)")
 
   def annotates(self) -> bool:
     """Whether the input carries spaCy's word annotations (data/text/annotation.py)."""

@@ -11,15 +11,17 @@ it when no remaining unit fits (BERT's whole-word rule).
   whole_word  words (units.py) in random order; a word is taken whole if it fits in what is
               left of the budget, else skipped (BERT's whole-word masking).
   span        SpanBERT (spans.py); one 80/10/10 decision per span.
-  entity      ERNIE-style: entity spans taken whole in random order while they fit, then the
-              budget filled with single tokens outside entities, so an entity is masked
-              completely or not at all. Entities from a named-entity recogniser
-              (masking.entity_ner; syntax.py), a gazetteer and/or a heuristic (entities.py).
+  entity      ERNIE-style: each entity is drawn with probability masking.entity_probability
+              at every step, the drawn ones taken whole in random order while they fit, then
+              the budget filled with whole words outside entities, so an entity is masked
+              completely or not at all (1.0: entities first, every one that fits). Entities
+              from a named-entity recogniser (masking.entity_ner; syntax.py), a gazetteer
+              and/or a heuristic (entities.py).
   syntax      syntax-aware: whole words, noun chunks or small dependency subtrees, weighted by
               POS and dependency relation (syntax.py).
   semantic    PMI-Masking: correlated word n-grams as units (cooccurrence.py).
-  contextual  InforMask: the words most informative in their context, most often
-              (cooccurrence.py).
+  contextual  InforMask: of several random whole-word masks, the one whose hidden words their
+              context predicts best (sample-and-score, cooccurrence.py).
   frequency   weighted sampling without replacement, weight count**(-frequency_alpha)
               (counts from vocab_stats; unseen tokens count as 1). The first pick is
               proportional to the weight, each next one among the rest (Efraimidis-Spirakis).
@@ -163,10 +165,14 @@ def select_entity(rows: Rows, ctx: Context) -> Selection:
                             ctx.entity_codes)
     linked |= l
     covered |= c
-  heads = (covered & ~linked) | (rows.maskable & ~covered)
-  # Entities first (scores in [0, 1)), then single tokens outside entities (in [1, 2)).
-  score = rows.draws.u(uniforms.SELECT, rows.ids.shape[1]) + np.where(covered, 0.0, 1.0)
-  return _whole_units(rows, heads, score)
+  heads = (covered & ~linked) | (_word_starts(rows, ctx) & ~covered)
+  # Each entity is drawn this step with probability masking.entity_probability (a draw at its
+  # first piece); the drawn ones come first (scores in [0, 1)), then the words outside
+  # entities (in [1, 2)); an entity not drawn waits for another step.
+  length = rows.ids.shape[1]
+  drawn = rows.draws.u(uniforms.ENTITY, length) < ctx.settings.entity_probability
+  u = rows.draws.u(uniforms.SELECT, length)
+  return _whole_units(rows, heads, np.where(covered, np.where(drawn, u, np.inf), u + 1.0))
 
 
 def select_syntax(rows: Rows, ctx: Context) -> Selection:
@@ -186,17 +192,31 @@ def _co_table(ctx: Context, strategy: str) -> cooccurrence_lib.Cooccurrence:
 
 def select_semantic(rows: Rows, ctx: Context) -> Selection:
   table = _co_table(ctx, "semantic")
+  length = rows.ids.shape[1]
   starts, hashes = cooccurrence_lib.word_hashes(rows.ids, rows.seg, rows.maskable, ctx.stats)
-  heads, _ = cooccurrence_lib.ngram_units(starts, hashes, rows.seg, rows.maskable, table)
-  return _whole_units(rows, heads, rows.draws.u(uniforms.SELECT, rows.ids.shape[1]))
+  heads, _ = cooccurrence_lib.ngram_units(starts, hashes, rows.seg, rows.maskable, table,
+                                          rows.draws.u(uniforms.OVERLAP, length))
+  selection = _whole_units(rows, heads, rows.draws.u(uniforms.SELECT, length))
+  return dataclasses.replace(selection, per_unit_decision=True)  # 80/10/10 per unit
 
 
 def select_contextual(rows: Rows, ctx: Context) -> Selection:
+  """InforMask's sample-and-score: of masking.contextual_candidates random whole-word masks of
+  a row, the one of the highest informative relevance (cooccurrence.py)."""
   table = _co_table(ctx, "contextual")
+  num_rows, length = rows.ids.shape
   starts, hashes = cooccurrence_lib.word_hashes(rows.ids, rows.seg, rows.maskable, ctx.stats)
-  relevance = cooccurrence_lib.relevance(starts, hashes, rows.seg, table)
-  return _whole_units(rows, starts, _exponential_keys(rows)
-                      - relevance / ctx.settings.contextual_temperature)
+  pairs = cooccurrence_lib.word_pairs(starts, hashes, rows.seg, table)
+  best, best_score = None, np.full(num_rows, -np.inf)
+  for k in range(ctx.settings.contextual_candidates):
+    candidate = _whole_units(rows, starts, rows.draws.u(uniforms.CANDIDATES + k, length))
+    score = cooccurrence_lib.informative_relevance(pairs, candidate.selected[starts],
+                                                   num_rows)
+    better = score > best_score  # ties keep the earlier candidate
+    best_score = np.where(better, score, best_score)
+    best = candidate if best is None else dataclasses.replace(
+        best, selected=np.where(better[:, None], candidate.selected, best.selected))
+  return best
 
 
 def select_span(rows: Rows, ctx: Context) -> Selection:

@@ -17,8 +17,11 @@ M2 = np.uint64(0x94D049BB133111EB)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _STATIC_SALT = np.uint64(0x5A17C0DE00000000)
 
-# Independent streams of one step (eval uses its own seed, see data/pipeline.py).
-SELECT, ACTION, REPLACEMENT, SPAN_LENGTH, SPAN_ANCHOR, MIXTURE, TRUNCATE = range(7)
+# Independent streams of one step (eval uses its own seed, see data/pipeline.py); new ones go at
+# the end, so that the others' draws never change.
+(SELECT, ACTION, REPLACEMENT, SPAN_LENGTH, SPAN_ANCHOR, MIXTURE, TRUNCATE, OVERLAP,
+ ENTITY) = range(9)
+CANDIDATES = 64  # contextual's candidate masks draw streams CANDIDATES, CANDIDATES + 1, ...
 
 
 def mix64(x: np.ndarray) -> np.ndarray:
