@@ -35,8 +35,10 @@ def _annotator(masking_settings) -> annotation.Annotator | None:
   return annotation.Annotator(masking_settings.nlp_pipeline)
 
 
-def show(parts: assembly.Assembly, workdir: str, count: int) -> tuple[list[dict], dict]:
-  """(the first `count` rows, the summary of the whole batch) of the run's first batch."""
+def show(parts: assembly.Assembly, workdir: str, count: int, step: int = 0
+         ) -> tuple[list[dict], dict]:
+  """(the first `count` rows, the summary of the whole batch) of the run's first batch, its
+  rows masked as at `step`."""
   # one batch: no worker processes
   parts = parts.with_settings(parts.settings.replace(data={"worker_count": 0}))
   settings = parts.settings
@@ -51,7 +53,7 @@ def show(parts: assembly.Assembly, workdir: str, count: int) -> tuple[list[dict]
   host.masks_late = True  # take the batch unmasked, then mask it keeping its annotations
   batch = next(host)
   host.close()
-  out = host.masking.with_host_keys(batch, 0)
+  out = host.masking.with_host_keys(batch, step)
   table = inp.cooccurrence or cooccurrence.compute(
       pipeline.tokenized(inp.train_source, inp.tokenizer), inp.stats,
       min(settings.masking.stats_max_documents, _NGRAM_DOCUMENTS),

@@ -2,6 +2,7 @@
 summary that tells strategies apart (mlmjax/data/masking/display.py)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -53,3 +54,19 @@ def test_entity_masks_shown_whole_and_counted(micro_config, tmp_path):
   _, plain = masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 0)
   assert plain["inside_entities"] < summary["inside_entities"]
   assert plain["whole_entities"] < 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["semantic", "contextual", "entity"])
+def test_linguistic_masks_are_whole_words_and_change_from_step_to_step(micro_config, tmp_path,
+                                                                       strategy):
+  """No masked run is a lone piece of a longer word (a letter right before or after it, as in
+  {c=[MASK]}ircumcise), and the same rows masked as at step 1 differ from step 0."""
+  c = micro_config
+  c.masking.update(strategy=strategy, mask_rate=0.3, max_predictions_per_seq=12,
+                   stats_max_documents=200, pmi_min_count=3)
+  texts = [[r["text"] for r in masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 4,
+                                                  step)[0]] for step in (0, 1)]
+  for text in texts[0] + texts[1]:
+    assert not re.search(r"[A-Za-z]\{|\}[A-Za-z]", text), text
+  assert texts[0] != texts[1]

@@ -132,9 +132,11 @@ def test_sigkill_at_random_moments_and_mid_save_resumes_exactly(tmp_path, tokeni
       assert f"Resumed from checkpoint at step {saved} in " in log
     if mode == "random":
       time.sleep(rng.uniform(0.0, 1.5))
-    else:  # the moment a save's temporary directory shows up
-      deadline = time.time() + 60
-      while time.time() < deadline and not saving():
+    else:  # the moment a save's temporary directory shows up, once one save is complete (so
+      # that the rerun has a checkpoint to take up)
+      deadline = time.time() + 120
+      while time.time() < deadline and not (saving() and any(
+          n.isdigit() for n in os.listdir(ckpt_dir))):
         time.sleep(0.002)
     if proc.poll() is None:
       proc.kill()
