@@ -74,6 +74,26 @@ def test_a_step_that_fits_as_it_is_takes_one_compile(tokenizer_path):
   assert 0.06 * fit.GiB < choice.memory_bytes < 0.1 * fit.GiB  # 86.9 MiB (module docstring)
 
 
+def test_a_fit_json_made_for_other_devices_is_chosen_again(tokenizer_path, tmp_path, caplog):
+  """fit.json is reused only for what it was made for: one made for 4 devices is not taken on
+  these 8; the fit chooses again (one compile: the step fits as it is) and keeps that."""
+  parts = assembly.Assembly.of(_config(tokenizer_path, fit_memory_gib=1.0))
+  mesh = sharding.make_mesh(parts.settings.mesh)
+  record = str(tmp_path / "fit.json")
+  fit.resolve(parts, VOCAB, mesh, record)
+  saved = json.load(open(record))
+  assert saved["made_for"]["devices"] == 8
+  saved["made_for"]["devices"] = 4
+  with open(record, "w") as f:
+    json.dump(saved, f)
+  with caplog.at_level(logging.INFO):
+    fit.resolve(parts, VOCAB, mesh, record)
+  logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
+  assert logged[0] == f"Fit: {record} was made for other devices or settings; choosing again"
+  assert logged[-1].endswith("(1 candidates compiled)")
+  assert json.load(open(record))["made_for"]["devices"] == 8
+
+
 @pytest.mark.slow  # compiles several real programs
 def test_a_candidate_over_budget_at_its_longest_rows_compiles_no_other_shape(tokenizer_path):
   """BERT-style phases (64- then 128-token rows): the 128-token step is compiled first, and a
@@ -150,19 +170,6 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   assert len(logged) == 1 and logged[0].startswith(
       f"Fit (from {workdir}/fit.json): train.grad_accum_steps=2, model.remat='dots_saveable'")
   assert "Resumed from checkpoint at step 2" in caplog.text
-  # A fit.json made for other devices (here: 4 of them) is not reused: the fit chooses again
-  # for these 8 and keeps what it chose for them.
-  saved["made_for"]["devices"] = 4
-  with open(os.path.join(workdir, "fit.json"), "w") as f:
-    json.dump(saved, f)
-  caplog.clear()
-  with caplog.at_level(logging.INFO):
-    train.train_and_evaluate(config, workdir)
-  logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
-  assert logged[0] == (f"Fit: {workdir}/fit.json was made for other devices or settings;"
-                       " choosing again")
-  assert logged[-1].endswith("(5 candidates compiled)")
-  assert json.load(open(os.path.join(workdir, "fit.json")))["made_for"]["devices"] == 8
 
 
 @pytest.mark.slow  # compiles several real programs
