@@ -13,8 +13,11 @@ import pickle
 import numpy as np
 import pytest
 
+from mlmjax.data import masking
 from mlmjax.data.masking import entities
+from mlmjax.data.masking import settings as masking_settings
 from mlmjax.data.masking import spans
+from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms
 from mlmjax.data.masking import units
 from mlmjax.models import special_ids
@@ -359,3 +362,8 @@ def test_adaptive_selection_probability_proportional_to_weight():
   assert abs(frac - p) < 5 * np.sqrt(p * (1 - p) / rows)
 
 
+def test_every_strategy_name_has_its_selection_function_in_order():
+  """settings.py names the strategies a config may set; strategies.py has one selection function
+  for each base one, in the same order."""
+  assert tuple(strategies.SELECTORS) == masking_settings.BASES
+  assert masking.STRATEGIES == (*masking_settings.BASES, "mixture", "static")

@@ -19,7 +19,8 @@ it when no remaining unit fits (BERT's whole-word rule).
               and/or a heuristic (entities.py).
   syntax      syntax-aware: whole words, noun chunks or small dependency subtrees, weighted by
               POS and dependency relation (syntax.py).
-  semantic    PMI-Masking: correlated word n-grams as units (cooccurrence.py).
+  semantic    PMI-Masking: correlated word n-grams as units, other words whole, one 80/10/10
+              decision per unit (cooccurrence.py).
   contextual  InforMask: of several random whole-word masks, the one whose hidden words their
               context predicts best (sample-and-score, cooccurrence.py).
   frequency   weighted sampling without replacement, weight count**(-frequency_alpha)
