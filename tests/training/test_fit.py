@@ -146,7 +146,8 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
   workdir = str(tmp_path / "run")
   config = _config(tokenizer_path, steps=2, eval_every_steps=2, checkpoint_every_steps=2)
   parts = assembly.Assembly.of(config)
-  assert fit.micro_batch_counts(parts.plan, sharding.make_mesh(parts.settings.mesh)) == [1, 2, 4, 8]
+  mesh = sharding.make_mesh(parts.settings.mesh)
+  assert fit.micro_batch_counts(parts.plan, mesh) == [1, 2, 4, 8]
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(config, workdir)
   logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Fit")]
