@@ -12,6 +12,7 @@ from mlmjax.data import masking
 from mlmjax.data import pipeline
 from mlmjax.data.text import sentences
 from mlmjax.data.text import vocab_stats
+from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import strategies
 from mlmjax.data.masking import uniforms
@@ -161,3 +162,10 @@ def _masker(stats, gazetteer=None, token_weights=None, cooccurrence=None, **kw):
   return masking.Masker(masking.Settings.from_config(_cfg(**kw)), stats, gazetteer, token_weights,
                         cooccurrence=cooccurrence)
 
+
+def _hash_of(tok, stats, text):
+  """The n-gram hash of `text` (its words), as the co-occurrence tables store it."""
+  ids = np.asarray([tok.encode([text])[0]], np.int32)
+  starts, hashes = cooccurrence.word_hashes(ids, np.ones_like(ids), ids >= 5, stats)
+  words = hashes[starts]
+  return int(cooccurrence.ngram_hashes(words, np.zeros(len(words), np.int64), len(words))[0][0])

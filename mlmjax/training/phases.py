@@ -30,7 +30,6 @@ import numpy as np
 
 from mlmjax.data import masking
 from mlmjax.training.run_settings import RunSettings
-from mlmjax.training.settings import TrainSettings
 
 # Data seeds of successive phases are this far apart.
 _PHASE_SEED_STRIDE = 7919
@@ -139,7 +138,17 @@ def plan(settings: RunSettings) -> Plan:
   whole_run = Phase(0, 0, train.steps, settings.data.seq_len, m.max_predictions_per_seq,
                     train.batch_size, settings.model.rope_base, settings.seed,
                     objective=settings.objective.kind)
-  return Plan(tuple(phases), rates, whole_run, step_tokens(train))
+  return Plan(tuple(phases), rates, whole_run, _step_tokens(phases))
+
+
+def _step_tokens(phases: list[Phase]) -> tuple[np.ndarray, np.ndarray]:
+  """(step, tokens seen after it) at every phase boundary (the optimizer's token clock): rows x
+  seq_len per step, phase by phase."""
+  steps, tokens = [0], [0.0]
+  for p in phases:
+    steps.append(p.end)
+    tokens.append(tokens[-1] + (p.end - p.start) * p.batch_size * p.seq_len)
+  return np.asarray(steps, np.float64), np.asarray(tokens, np.float64)
 
 
 def _bounds(spec, total: int) -> list[tuple[int, int]]:
@@ -171,15 +180,3 @@ def _mask_rates(spec, m: masking.Settings, total: int) -> masking.RateSchedule |
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
-
-
-def step_tokens(train_config: TrainSettings) -> tuple[np.ndarray, np.ndarray]:
-  """(step, tokens seen after it) at every phase boundary, from train.* alone (the optimizer's
-  token clock): rows x seq_len per step, phase by phase. Without phases every step is alike."""
-  spec = train_config.phases or ((1.0, 1, 1),)
-  steps, tokens = [0], [0.0]
-  for entry, (start, end) in zip(spec, _bounds(spec, train_config.steps)):
-    rows = int(options(entry).get("batch_size", train_config.batch_size))
-    steps.append(end)
-    tokens.append(tokens[-1] + (end - start) * rows * int(entry[1]))
-  return np.asarray(steps, np.float64), np.asarray(tokens, np.float64)

@@ -8,7 +8,7 @@ test_masking_strategies.py and test_masker.py."""
 import numpy as np
 import pytest
 
-from masking_cases import NLP, P, _assert_all_or_nothing, _masker, _rows, _selected
+from masking_cases import NLP, P, _assert_all_or_nothing, _hash_of, _masker, _rows, _selected
 from mlmjax.data.text import annotation
 from mlmjax.data import pipeline
 from mlmjax.data.masking import cooccurrence
@@ -110,15 +110,6 @@ def test_syntax_units_are_masked_whole(unit, stats, packed):
     _assert_all_or_nothing(unit_id, sel)
     words_per_unit = units.unit_sizes(head_col, starts)[heads]
     assert words_per_unit.max() == 3 and (words_per_unit >= 2).mean() > 0.1
-
-
-def _hash_of(tok, stats, text):
-  """The n-gram hash of `text` (its words), as the tables store it."""
-  ids = np.asarray([tok.encode([text])[0]], np.int32)
-  seg = np.ones_like(ids)
-  starts, hashes = cooccurrence.word_hashes(ids, seg, ids >= 5, stats)
-  words = hashes[starts]
-  return cooccurrence.ngram_hashes(words, np.zeros(len(words), np.int64), len(words))[0][0]
 
 
 def test_the_pmi_vocabulary_recovers_planted_collocations(tok, stats):

@@ -18,8 +18,8 @@ import math
 import numpy as np
 import pytest
 
-from masking_cases import ROWS, _assert_all_or_nothing, _entities, _entity_units, _masker, \
-    _selected
+from masking_cases import (ROWS, _assert_all_or_nothing, _entities, _entity_units, _hash_of,
+                           _masker, _selected)
 from mlmjax.data import pipeline
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import units
@@ -91,14 +91,6 @@ def _vocabulary_by_hand(docs, num_ngrams, min_count):
     assert scores[ranked[k - 1]] > scores[ranked[k]]  # no tie at the cut: one right answer
     vocabulary |= set(ranked[:k])
   return vocabulary, scores
-
-
-def _hash_of(tok, stats, text):
-  """The n-gram hash of `text` (its words), as the tables store it."""
-  ids = np.asarray([tok.encode([text])[0]], np.int32)
-  starts, hashes = cooccurrence.word_hashes(ids, np.ones_like(ids), ids >= 5, stats)
-  words = hashes[starts]
-  return int(cooccurrence.ngram_hashes(words, np.zeros(len(words), np.int64), len(words))[0][0])
 
 
 @pytest.fixture(scope="module")

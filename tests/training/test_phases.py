@@ -52,12 +52,16 @@ def _train_config(unit):
   return config
 
 
+def _step_tokens(config):
+  return phases.plan(RunSettings.from_config(config)).step_tokens
+
+
 def test_the_learning_rate_counts_tokens_through_a_batch_warmup():
   """4 steps of 8 rows then 4 of 16: the first half of the steps is a third of the tokens."""
   steps_schedule = optimizer.learning_rate_schedule(_train_config("steps").train)
   tokens_schedule = optimizer.learning_rate_schedule(
-      _train_config("tokens").train, phases.step_tokens(_train_config("tokens").train))
-  clock = optimizer.token_clock(8, phases.step_tokens(_train_config("tokens").train))
+      _train_config("tokens").train, _step_tokens(_train_config("tokens")))
+  clock = optimizer.token_clock(8, _step_tokens(_train_config("tokens")))
   assert [float(clock(s)) for s in (0, 4, 6, 8)] == pytest.approx([0, 8 / 3, 16 / 3, 8])
   for step in range(9):
     assert float(tokens_schedule(step)) == pytest.approx(float(steps_schedule(clock(step))))

@@ -208,16 +208,17 @@ def select_contextual(rows: Rows, ctx: Context) -> Selection:
   num_rows, length = rows.ids.shape
   starts, hashes = cooccurrence_lib.word_hashes(rows.ids, rows.seg, rows.maskable, ctx.stats)
   pairs = cooccurrence_lib.word_pairs(starts, hashes, rows.seg, table)
+  head_col = units.head_cols(starts)  # the words, the same for every candidate
+  sizes = units.unit_sizes(head_col, rows.maskable)
   best, best_score = None, np.full(num_rows, -np.inf)
   for k in range(ctx.settings.contextual_candidates):
-    candidate = _whole_units(rows, starts, rows.draws.u(uniforms.CANDIDATES + k, length))
-    score = cooccurrence_lib.informative_relevance(pairs, candidate.selected[starts],
-                                                   num_rows)
+    accepted = units.greedy_units(rows.draws.u(uniforms.CANDIDATES + k, length), starts, sizes,
+                                  rows.budget)  # a random whole-word mask: the words it takes
+    score = cooccurrence_lib.informative_relevance(pairs, accepted[starts], num_rows)
     better = score > best_score  # ties keep the earlier candidate
     best_score = np.where(better, score, best_score)
-    best = candidate if best is None else dataclasses.replace(
-        best, selected=np.where(better[:, None], candidate.selected, best.selected))
-  return best
+    best = accepted if best is None else np.where(better[:, None], accepted, best)
+  return Selection(units.expand(best, head_col, rows.maskable), head_col, False)
 
 
 def select_span(rows: Rows, ctx: Context) -> Selection:
