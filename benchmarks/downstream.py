@@ -53,9 +53,11 @@ def flags_of(task: str) -> list[str]:
   return [f"--config.{k}={v}" for k, v in SETTINGS[task].items()]
 
 
-def finetune(workdir: str, task: str, random_init: bool = False) -> dict:
-  """Fine-tunes `task` with SETTINGS on the run in `workdir`; the results (trainer.finetune)."""
+def finetune(workdir: str, task: str, random_init: bool = False, seed: int = 0) -> dict:
+  """Fine-tunes `task` with SETTINGS and `seed` on the run in `workdir`; the results
+  (trainer.finetune)."""
   config = finetune_config.get_config()
+  config.seed = seed
   for key, value in SETTINGS[task].items():
     section, name = key.split(".")
     config[section][name] = value

@@ -11,10 +11,12 @@ en_core_web_sm: `pip install -e '.[nlp]'`), so every arm reads the same tokens a
 annotating strategies pay nothing for spaCy while training. Each (strategy, seed, steps) is one
 JSON row in strategies.jsonl beside this script (--rows): a row already there is not run again,
 so the study can be stopped and continued (it takes hours on a CPU: each arm pretrains, then
-fine-tunes five tasks). Then the table: mean +- sample standard
-deviation over the seeds, in percent, printed and written to docs/strategies.md (--table) after
-every arm, with the usual strategy-to-application advice checked against random masking (ADVICE)
-and the arms still to run.
+fine-tunes five tasks). The arm `random_init` pretrains nothing: the same model from random
+initialisation, fine-tuned the same way, shows which tasks respond to pretraining at all. Then
+the table: mean +- sample standard deviation over the seeds, in percent, printed and written to
+docs/strategies.md (--table) after every arm, with the tasks that respond to pretraining, the
+usual strategy-to-application advice tested against random masking (ADVICE: a paired t-test
+over the seeds, Holm-corrected across the advice rows) and the arms still to run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+from scipy import stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -58,7 +62,12 @@ STRATEGIES = {
     "contextual": {"strategy": "contextual"},
     "mixture": {"strategy": "mixture", "mixture": "random=0.5,span=0.25,whole_word=0.25"},
 }
+# No pretraining: the model of configs/tiny.py from random initialisation, fine-tuned with the
+# arm's seed (the pretrained arms all fine-tune with seed 0: their seed is the pretraining's).
+RANDOM_INIT = "random_init"
 TASKS = ("kjv_corrupted", "kjv_entities", "kjv_qa", "kjv_continuation", "kjv_retrieval")
+# A verdict needs a p-value below this, after Holm's correction where there are several.
+ALPHA = 0.05
 
 
 def prepared(out: str, nlp_pipeline: str) -> str:
@@ -78,21 +87,28 @@ def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
   config.seed = seed
   config.masking.nlp_pipeline = nlp_pipeline
   config.data.source = f"prepared:{data}"
-  config.masking.update(**STRATEGIES[strategy])
-  config.train.update(steps=steps, eval_every_steps=steps, checkpoint_every_steps=steps,
-                      warmup_steps=min(config.train.warmup_steps, steps // 10))
+  random_init = strategy == RANDOM_INIT
+  # random_init: one step, for a run folder with the model's settings and the tokenizer that
+  # fine-tuning reads; its weights are not used.
+  pretrain_steps = 1 if random_init else steps
+  config.masking.update(**STRATEGIES["random" if random_init else strategy])
+  config.train.update(steps=pretrain_steps, eval_every_steps=pretrain_steps,
+                      checkpoint_every_steps=pretrain_steps,
+                      warmup_steps=min(config.train.warmup_steps, pretrain_steps // 10))
   workdir = os.path.join(out, f"{strategy}.seed{seed}")
   start = time.perf_counter()
   train.train_and_evaluate(config, workdir)
   minutes = (time.perf_counter() - start) / 60
-  # Held-out accuracy at 15% with random masking whatever the arm trained with, so arms compare.
-  # (Imported here: the command module defines absl flags, which the table does not need.)
-  from mlmjax import evaluate  # pylint: disable=g-import-not-at-top
-  held_out = evaluate.evaluate(workdir, strategy="random")
-  row = {"strategy": strategy, "seed": seed, "steps": steps, "train_minutes": round(minutes, 2),
-         "mlm_accuracy": round(held_out["mlm_accuracy"], 4)}
+  row = {"strategy": strategy, "seed": seed, "steps": steps, "train_minutes": round(minutes, 2)}
+  if random_init:
+    row.update(pretrain_steps=0, mlm_accuracy=None)
+  else:
+    # Held-out accuracy at 15% with random masking whatever the arm trained with, so arms
+    # compare. (Imported here: the command module defines absl flags the table does not need.)
+    from mlmjax import evaluate  # pylint: disable=g-import-not-at-top
+    row["mlm_accuracy"] = round(evaluate.evaluate(workdir, strategy="random")["mlm_accuracy"], 4)
   for task in tasks:
-    r = downstream.finetune(workdir, task)
+    r = downstream.finetune(workdir, task, random_init, seed if random_init else 0)
     row[task] = {"headline": r["headline_metric"], "kind": r["kind"],
                  **{k: round(v, 4) for k, v in r["dev"].items()}}
   return row
@@ -114,11 +130,18 @@ ADVICE = (
 )
 
 
+def _score(result: dict) -> float:
+  """A task's headline in percent (question answering's F1 already is)."""
+  return result[result["headline"]] * (1.0 if result["kind"] == "question_answering" else 100.0)
+
+
 def _scores(runs: list[dict], task: str) -> list[float]:
-  """Each run's headline on `task` in percent (question answering's F1 already is)."""
-  scored = [r[task] for r in runs if task in r]
-  return [s[s["headline"]] * (1.0 if s["kind"] == "question_answering" else 100.0)
-          for s in scored]
+  """Each run's headline on `task` in percent."""
+  return [_score(r[task]) for r in runs if task in r]
+
+
+def _of(rows: list[dict], strategy: str) -> list[dict]:
+  return [r for r in rows if r["strategy"] == strategy]
 
 
 def _mean_sd(values: list[float]) -> str:
@@ -129,6 +152,10 @@ def _mean_sd(values: list[float]) -> str:
   return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
+def _p(p: float) -> str:
+  return "-" if p != p else f"{p:.3f}"  # nan: no test
+
+
 def table(rows: list[dict], tasks) -> str:
   """The markdown table: one line per strategy, mean ± sd over its seeds."""
   head = " | ".join(f"`{t}` {next((r[t]['headline'] for r in rows if t in r), '')}"
@@ -136,36 +163,102 @@ def table(rows: list[dict], tasks) -> str:
   lines = [f"| strategy | seeds | steps | held-out MLM accuracy | {head} |",
            "|---" * (4 + len(tasks)) + "|"]
   for strategy in dict.fromkeys(r["strategy"] for r in rows):
-    runs = [r for r in rows if r["strategy"] == strategy]
+    runs = _of(rows, strategy)
     cells = [_mean_sd(_scores(runs, t)) for t in tasks]
-    lines.append(f"| {strategy} | {len(runs)} | {runs[0]['steps']} |"
-                 f" {_mean_sd([100.0 * r['mlm_accuracy'] for r in runs])} | {' | '.join(cells)} |")
+    mlm = [100.0 * r["mlm_accuracy"] for r in runs if r["mlm_accuracy"] is not None]
+    lines.append(f"| {strategy} | {len(runs)} | {runs[0].get('pretrain_steps', runs[0]['steps'])}"
+                 f" | {_mean_sd(mlm)} | {' | '.join(cells)} |")
+  return "\n".join(lines) + "\n"
+
+
+def paired_p(rows: list[dict], strategy: str, task: str) -> tuple[list[float], float]:
+  """`strategy` minus `random` on `task`, seed by seed (the seeds both have), and the two-sided
+  p of a paired t-test on these differences (nan below 2 seeds). Paired because an arm and
+  random of one seed share everything but the masks: the initial weights, the order of the
+  data and the fine-tuning."""
+  base = {r["seed"]: _score(r[task]) for r in _of(rows, "random") if task in r}
+  diffs = [_score(r[task]) - base[r["seed"]] for r in _of(rows, strategy)
+           if task in r and r["seed"] in base]
+  if len(diffs) < 2:
+    return diffs, float("nan")
+  return diffs, float(stats.ttest_1samp(diffs, 0.0).pvalue)
+
+
+def holm(ps: list[float]) -> list[float]:
+  """Holm's step-down adjusted p-values (Holm 1979): the i-th smallest of m times (m - i),
+  never below an earlier one, at most 1. Tests without a p (nan) are not counted in m."""
+  tested = sorted((p, i) for i, p in enumerate(ps) if p == p)
+  adjusted, running = [float("nan")] * len(ps), 0.0
+  for rank, (p, i) in enumerate(tested):
+    running = max(running, min(1.0, (len(tested) - rank) * p))
+    adjusted[i] = running
+  return adjusted
+
+
+def responds(rows: list[dict], task: str) -> tuple[float, float]:
+  """Whether `task` responds to pretraining: `random` against `random_init`, the gap of the
+  means and the two-sided p of Welch's t-test (the two share no seed-by-seed pairing)."""
+  pre, init = _scores(_of(rows, "random"), task), _scores(_of(rows, RANDOM_INIT), task)
+  if len(pre) < 2 or len(init) < 2:
+    return float("nan"), float("nan")
+  gap = statistics.mean(pre) - statistics.mean(init)
+  return gap, float(stats.ttest_ind(pre, init, equal_var=False).pvalue)
+
+
+def anova_p(rows: list[dict], task: str) -> float:
+  """One-way ANOVA across the strategies with 2 seeds or more on `task`: the p that they all
+  have one mean (nan below 2 such strategies)."""
+  groups = [_scores(_of(rows, s), task) for s in STRATEGIES]
+  groups = [g for g in groups if len(g) >= 2]
+  return float(stats.f_oneway(*groups).pvalue) if len(groups) >= 2 else float("nan")
+
+
+def pretraining(rows: list[dict], tasks) -> str:
+  """Per task: what pretraining buys (random against random_init) and whether the strategies
+  differ at all (one-way ANOVA)."""
+  lines = ["| task | random init | random | gap | p (Welch) | responds to pretraining |"
+           " strategies differ: p (ANOVA) |", "|---" * 7 + "|"]
+  for task in tasks:
+    gap, p = responds(rows, task)
+    verdict = ("-" if p != p else "yes" if p < ALPHA and gap > 0
+               else "no: it cannot tell strategies apart")
+    lines.append(f"| `{task}` | {_mean_sd(_scores(_of(rows, RANDOM_INIT), task))} |"
+                 f" {_mean_sd(_scores(_of(rows, 'random'), task))} |"
+                 f" {'-' if gap != gap else f'{gap:+.1f}'} | {_p(p)} | {verdict} |"
+                 f" {_p(anova_p(rows, task))} |")
   return "\n".join(lines) + "\n"
 
 
 def advice(rows: list[dict], tasks) -> str:
-  """The advice on `tasks` checked against random masking: a strategy is called ahead or behind
-  only where the gap between the means is larger than the two standard deviations added."""
-  lines = ["| advice | task | strategy | random | gap | verdict |", "|---" * 6 + "|"]
-  for strategy, task, application in (a for a in ADVICE if a[1] in tasks):
-    mine = _scores([r for r in rows if r["strategy"] == strategy], task)
-    base = _scores([r for r in rows if r["strategy"] == "random"], task)
-    if len(mine) < 2 or len(base) < 2:
-      verdict, gap = "fewer than 2 seeds: none yet", "-"
+  """The advice on `tasks` tested against random masking: a paired t-test over the seeds per
+  row, Holm-corrected across the rows; ahead or behind only where the adjusted p is below
+  ALPHA, and a task that does not respond to pretraining said so."""
+  entries = [a for a in ADVICE if a[1] in tasks]
+  tests = [paired_p(rows, strategy, task) for strategy, task, _ in entries]
+  adjusted = holm([p for _, p in tests])
+  lines = ["| advice | task | strategy | random | paired gap | p | Holm p | verdict |",
+           "|---" * 8 + "|"]
+  for (strategy, task, application), (diffs, p), p_holm in zip(entries, tests, adjusted):
+    if p != p:
+      verdict = "fewer than 2 seeds: none yet"
+    elif p_holm < ALPHA:
+      verdict = "ahead" if statistics.mean(diffs) > 0 else "behind"
     else:
-      diff = statistics.mean(mine) - statistics.mean(base)
-      spread = statistics.stdev(mine) + statistics.stdev(base)
-      gap = f"{diff:+.1f}"
-      verdict = ("ahead" if diff > spread else "behind" if diff < -spread
-                 else f"within the spread (± {spread:.1f})")
-    lines.append(f"| {strategy} for {application} | `{task}` | {_mean_sd(mine)} |"
-                 f" {_mean_sd(base)} | {gap} | {verdict} |")
+      verdict = "no difference shown"
+    gap, p_response = responds(rows, task)
+    if p_response == p_response and not (p_response < ALPHA and gap > 0):
+      verdict += "; the task does not respond to pretraining"
+    lines.append(f"| {strategy} for {application} | `{task}` |"
+                 f" {_mean_sd(_scores(_of(rows, strategy), task))} |"
+                 f" {_mean_sd(_scores(_of(rows, 'random'), task))} |"
+                 f" {_mean_sd(diffs) if len(diffs) > 1 else '-'} | {_p(p)} | {_p(p_holm)} |"
+                 f" {verdict} |")
   return "\n".join(lines) + "\n"
 
 
 def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: str) -> None:
-  """docs/strategies.md: how the table was made, the table, the advice against random and
-  the arms not run yet."""
+  """docs/strategies.md: how the table was made, the table, what pretraining buys each task,
+  the advice tested against random and the arms not run yet."""
   import jax  # pylint: disable=g-import-not-at-top
   text = ("# Which masking strategy helps which task\n\n"
           "Generated by `benchmarks/strategies.py` (its docstring says how; what the numbers"
@@ -173,15 +266,29 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
           " `configs/tiny.py` on the built-in corpus, prepared once with spaCy's en_core_web_sm 3.8.0 word"
           " annotations, for the steps shown; then held-out MLM accuracy at 15% random masking"
           " and the offline task of each kind fine-tuned the same way"
-          " (`benchmarks/downstream.py`). Mean ± sample standard deviation over the seeds, in"
-          f" percent (question answering's F1 already is). Measured on a 2-core CPU, jax"
-          f" {jax.__version__}. Regenerate, or go on, with:\n\n    {command}\n\n"
+          " (`benchmarks/downstream.py`). `random_init` pretrains nothing: the same model"
+          " from random initialisation, fine-tuned with the arm's seed. Mean ± sample standard"
+          " deviation over the seeds, in percent (question answering's F1 already is)."
+          f" Measured on a 2-core CPU, jax {jax.__version__}. Regenerate, or go on, with:\n\n"
+          f"    {command}\n\n"
           + table(rows, tasks)
+          + "\nThe held-out MLM accuracy is taken with random masking at 15%, the task the"
+          " random-like arms (`random`, `static`, `adaptive`, `mixture`) train on: it favours"
+          " them and says little about the others. `static` draws each sequence's masks from"
+          " `dupe_factor` = 10 fixed copies, more than the epochs these steps cover, so here it"
+          " masks as dynamically as `random`.\n"
+          "\n## What pretraining buys each task\n\n"
+          "`random` against `random_init` (Welch's t-test: the two share no seeds), and whether"
+          " the pretrained strategies differ on the task at all (one-way ANOVA across them). A"
+          " task that pretraining does not move cannot tell strategies apart.\n\n"
+          + pretraining(rows, tasks)
           + "\n## The usual advice, against random masking\n\n"
           "Each strategy on the task that stands for the application the advice names, against"
-          " `random` on the same task. A gap is called ahead or behind only where it is larger"
-          " than the two standard deviations added together; anything smaller is within what"
-          " another seed can change.\n\n" + advice(rows, tasks))
+          " `random` on the same task. The gap is taken seed by seed (an arm and `random` of one"
+          " seed share their initial weights, data order and fine-tuning) and tested with a"
+          f" paired t-test; the p-values are Holm-corrected across the rows, and a row is called"
+          f" ahead or behind only where the corrected p is below {ALPHA}.\n\n"
+          + advice(rows, tasks))
   if pending:
     text += ("\nNot run yet (the command above goes on with them): " + ", ".join(pending)
              + ".\n")
@@ -191,7 +298,7 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
 
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument("--strategies", default=",".join(STRATEGIES))
+  parser.add_argument("--strategies", default=",".join([*STRATEGIES, RANDOM_INIT]))
   parser.add_argument("--seeds", default="0,1,2")
   parser.add_argument("--steps", type=int, default=tiny.get_config().train.steps)
   parser.add_argument("--tasks", default=",".join(TASKS))
