@@ -108,6 +108,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.strategy = "random"
   # How the random-token replacements are drawn: 'uniform', or 'unigram' (corpus frequencies).
   config.masking.replacement = "uniform"
+  # The diffusion objective (objective.kind or a phase's 'diffusion') masks each document at a
+  # rate t of its own in [diffusion_min_rate, 1], each token alone and always by [MASK], in
+  # place of the keys above: 'low_discrepancy' (MDLM: a batch's rates spread evenly over the
+  # range) or 'uniform' (independent draws) (mlmjax/data/masking/diffusion.py).
+  config.masking.diffusion_rates = "low_discrepancy"
+  config.masking.diffusion_min_rate = 1e-3
   # span: span length in words ~ Geometric(span_p) truncated to 1..span_max_words (SpanBERT).
   config.masking.span_p = 0.2
   config.masking.span_max_words = 10
@@ -172,10 +178,17 @@ def get_config() -> ml_collections.ConfigDict:
   # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT); 'electra': a small MLM generator fills the
   # masked slots with samples and the model (a discriminator) learns, on every token, which
   # ones were replaced (mlmjax/models/electra.py); 'clm': next-token prediction with causal
-  # attention on the same encoder and head (mlmjax/training/causal_lm.py). A train.phases
-  # entry may switch between 'clm' and 'mlm' (causal LM first, then MLM). Held-out metrics
-  # are MLM's at eval.mask_rate whatever the objective.
+  # attention on the same encoder and head (mlmjax/training/causal_lm.py); 'diffusion': masked
+  # diffusion (MDLM, LLaDA), MLM at a mask rate drawn per document from 0 to 1 (masking.
+  # diffusion_rates), which makes the encoder a text generator (python -m mlmjax.generate). A
+  # train.phases entry may switch between 'clm', 'mlm' and 'diffusion' (causal LM first, then
+  # MLM; MLM, then diffusion). Held-out metrics are MLM's at eval.mask_rate whatever the
+  # objective.
   config.objective.kind = "mlm"
+  # diffusion: the loss. 'inverse_rate': each target's cross-entropy over its document's rate,
+  # per maskable token (the variational bound, as MDLM and LLaDA train); 'plain': the mean over
+  # the targets, as MLM's (arXiv 2602.15014 found it about 12% more compute-efficient).
+  config.objective.diffusion_loss = "inverse_rate"
   # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
   config.objective.generator_fraction = 0.25
   # electra: weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
@@ -305,8 +318,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
   # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
   # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
-  # with seq_len), mask_rate / mask_rate_end, objective ('clm' or 'mlm': the phase's own
-  # objective.kind) (training/phases.py). Empty: one phase with data.seq_len and
+  # with seq_len), mask_rate / mask_rate_end, objective ('clm', 'mlm' or 'diffusion': the
+  # phase's own objective.kind) (training/phases.py). Empty: one phase with data.seq_len and
   # masking.max_predictions_per_seq. State carries across a switch.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.

@@ -3,6 +3,7 @@
 Commands (`python -m mlmjax.NAME`), each a thin module of flags and one call:
   main         pretrain (or resume) a model in a workdir
   predict      fill [MASK]s with a run's model
+  generate     text from a run's model, unmasked step by step (masked diffusion)
   evaluate     held-out MLM metrics of a checkpoint, as JSON
   export       a checkpoint as a Hugging Face transformers model, verified
   finetune     fine-tune a pretrained run on GLUE, the built-in tasks or your files

@@ -23,7 +23,7 @@ from mlmjax.models import special_ids
 from mlmjax.training import finished_run
 from mlmjax.training import metrics
 
-MASK_TEXT = "[MASK]"
+MASK_TEXT = finished_run.MASK_TEXT
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "How many fills to show per [MASK].")
@@ -35,18 +35,7 @@ class Predictor:
   def __init__(self, workdir: str):
     run = finished_run.load(workdir)
     self.model, self.tok, self.step = run.settings.model, run.tokenizer, run.step
-    self.forward = run.forward
-
-  def encode(self, text: str) -> list[int]:
-    """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""
-    parts = text.split(MASK_TEXT)
-    ids = [special_ids.CLS_ID]
-    for i, part in enumerate(parts):
-      if part.strip():
-        ids += self.tok.encode([part.strip()])[0]
-      if i < len(parts) - 1:
-        ids.append(special_ids.MASK_ID)
-    return ids + [special_ids.SEP_ID]
+    self.forward, self.encode = run.forward, run.encode_masked
 
   def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
     """Per [MASK] in `text`, the top-k (piece, probability) fills."""

@@ -51,6 +51,7 @@ class Shape(Protocol):
   max_predictions: int
   batch_size: int  # global rows per step
   seed: int  # document order, packing, masks
+  objective: str  # 'diffusion' masks at per-document rates (masking/diffusion.py)
 
 
 @dataclasses.dataclass
@@ -72,15 +73,17 @@ class RunInput:
 
   def masker(self, max_predictions: int, mask_rate: float | None = None,
              token_weights: Callable[[int], np.ndarray | None] | None = None,
-             mask_rates: masking.RateSchedule | None = None) -> masking.Masker:
+             mask_rates: masking.RateSchedule | None = None,
+             diffusion: bool = False) -> masking.Masker:
     """A masker with `max_predictions` slots per row, at `mask_rate` (default
-    masking.mask_rate) or `mask_rates` by step."""
+    masking.mask_rate) or `mask_rates` by step, or as the diffusion objective masks."""
     settings = dataclasses.replace(
         self.masking, max_predictions_per_seq=max_predictions,
         mask_rate=self.masking.mask_rate if mask_rate is None else mask_rate)
     return masking.Masker(settings, self.stats, self.gazetteer, token_weights,
                           span_boundaries=self.span_boundaries, mask_rates=mask_rates,
-                          cooccurrence=self.cooccurrence)
+                          cooccurrence=self.cooccurrence,
+                          diffusion=self.masking.diffusion() if diffusion else None)
 
   def train_iter(self, shape: Shape, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None,
@@ -93,7 +96,8 @@ class RunInput:
       source = source.reweighted(mixture_lib.phase_weights(self.data, shape.index))
     return pipeline.make_train_iter(
         self.data, self.tokenizer, source,
-        self.masker(shape.max_predictions, None, token_weights, mask_rates),
+        self.masker(shape.max_predictions, None, token_weights, mask_rates,
+                    shape.objective == "diffusion"),
         batch_size=shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
         word_start=self.stats.word_start, first_step=first_step)
 

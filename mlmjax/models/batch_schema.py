@@ -21,6 +21,9 @@ B rows, T tokens a row (data.seq_len), P prediction slots a row (masking.max_pre
                                       before the slot's unit,
   masked_span_right   [B, P] int32    the position just after it,
   masked_span_offset  [B, P] int32    and the slot's place in the unit
+  masked_rates        [B, P] float32  with the diffusion objective only: the mask rate of the
+                                      slot's document (data/masking/diffusion.py); 0 in padding
+                                      slots
 
 Three more row arrays exist on the host only, for the masker, and never reach the device:
 
@@ -44,27 +47,31 @@ PREDICTIONS = {"masked_positions": ("BP", _INT), "masked_ids": ("BP", _INT),
 PAIR_LABELS = {"nsp_labels": ("B", _INT)}
 SPAN_BOUNDARIES = {k: ("BP", _INT)
                    for k in ("masked_span_left", "masked_span_right", "masked_span_offset")}
+DIFFUSION_RATES = {"masked_rates": ("BP", _FLOAT)}
 HOST_ONLY = {"sequence_keys": ("BT", _INT64), "epochs": ("BT", _INT),
              "annotations": ("BTF", _INT)}
 
 
-def fields(pairs: bool, span_boundaries: bool) -> dict[str, tuple[str, np.dtype]]:
-  """The device batch's keys -> (dimensions, dtype), for a format with pair labels or not and
-  the span-boundary objective or not."""
+def fields(pairs: bool, span_boundaries: bool,
+           diffusion: bool = False) -> dict[str, tuple[str, np.dtype]]:
+  """The device batch's keys -> (dimensions, dtype), for a format with pair labels or not, the
+  span-boundary objective or not and the diffusion objective or not."""
   out = {**ROWS, **PREDICTIONS}
   if pairs:
     out.update(PAIR_LABELS)
   if span_boundaries:
     out.update(SPAN_BOUNDARIES)
+  if diffusion:
+    out.update(DIFFUSION_RATES)
   return out
 
 
-def shapes(rows: int, seq_len: int, predictions: int, pairs: bool,
-           span_boundaries: bool) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+def shapes(rows: int, seq_len: int, predictions: int, pairs: bool, span_boundaries: bool,
+           diffusion: bool = False) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
   """The device batch's keys -> (shape, dtype)."""
   size = {"B": rows, "T": seq_len, "P": predictions}
   return {k: (tuple(size[d] for d in dims), dtype)
-          for k, (dims, dtype) in fields(pairs, span_boundaries).items()}
+          for k, (dims, dtype) in fields(pairs, span_boundaries, diffusion).items()}
 
 
 def require(batch, keys) -> None:

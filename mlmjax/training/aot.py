@@ -133,7 +133,9 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
     per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
-  args = (state, parts.batch_spec(mesh, batch, seq_len, slots))
+  # The held-out batches are MLM's at eval.mask_rate whatever the objective.
+  args = (state, parts.batch_spec(mesh, batch, seq_len, slots,
+                                  objective if name == "train" else "mlm"))
   tokens = batch * seq_len / mesh.size
   model_flops = per_token * tokens
   # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -142,7 +144,7 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
   seen = model_flops
   if settings.model.scan_layers:
     seen = None
-    if settings.objective.kind == "mlm":
+    if settings.objective.kind in ("mlm", "diffusion"):
       layers = settings.model.num_layers
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers

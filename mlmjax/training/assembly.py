@@ -93,7 +93,7 @@ class Assembly:
   def train_step(self, setup: train_state.MeshSetup, per_token_loss: bool = False,
                  objective_kind: str | None = None):
     """The pretraining train step (its objective, the optimizer's schedule, the run's seed);
-    `objective_kind` 'clm' or 'mlm' (a phase's) in place of objective.kind."""
+    `objective_kind` 'clm', 'mlm' or 'diffusion' (a phase's) in place of objective.kind."""
     s = self.settings
     if (objective_kind or s.objective.kind) == "clm":
       objective = steps.causal_lm_objective(per_token_loss)
@@ -102,13 +102,14 @@ class Assembly:
     return steps.make_train_step(setup, objective, s.train, s.seed, self.plan.step_tokens)
 
   def batch_spec(self, mesh: jax.sharding.Mesh, batch_size: int, seq_len: int,
-                 max_predictions: int) -> dict:
+                 max_predictions: int, objective_kind: str | None = None) -> dict:
     """The abstract global batch of that shape the steps take (models/batch_schema.py): its
-    keys follow the data format and the objective."""
+    keys follow the data format and the objective (`objective_kind`: a phase's)."""
     s = self.settings
     spec = batch_schema.shapes(batch_size, seq_len, max_predictions,
                                pairs=formats.has_pair_labels(s.data.format),
-                               span_boundaries=s.objective.span_boundary_weight > 0)
+                               span_boundaries=s.objective.span_boundary_weight > 0,
+                               diffusion=(objective_kind or s.objective.kind) == "diffusion")
     if s.train.budget_hours:  # the share of the time budget spent (time_budget.py)
       spec[time_budget.KEY] = ((batch_size,), jnp.float32)
     sharded = sharding.batch_sharding(mesh)

@@ -64,15 +64,20 @@ def check_saved(settings: RunSettings, plan: phases_lib.Plan, platform: str | No
   _check_attention(settings.model, plan, platform)
   _check_mixture_phases(settings.data, plan)
   _check_phases(plan, settings.model, settings.data, settings.masking)
-  _check_objective(settings.objective, settings.model, settings.data, plan)
+  _check_objective(settings.objective, settings.model, settings.data, settings.masking, plan)
 
 
 def _check_objective(objective: ObjectiveSettings, model: ModelSettings, data: InputSettings,
-                     plan: phases_lib.Plan) -> None:
+                     m: masking.Settings, plan: phases_lib.Plan) -> None:
+  if any(p.objective == "diffusion" for p in plan.phases) and m.strategy != "random":
+    raise ConfigError(f"the diffusion objective masks each token alone at its document's rate:"
+                      f" it takes masking.strategy='random', not {m.strategy!r}")
   if objective.kind == "electra":
-    if any(p.objective == "clm" for p in plan.phases):
-      raise ConfigError("train.phases objective 'clm' trains an encoder's own MLM head, which"
-                        " objective.kind='electra' does not have: use objective.kind='mlm'")
+    own = sorted({p.objective for p in plan.phases} & {"clm", "diffusion"})
+    if own:
+      raise ConfigError(f"train.phases objective {own[0]!r} trains an encoder's own MLM head,"
+                        " which objective.kind='electra' does not have: use"
+                        " objective.kind='mlm'")
     if formats.has_pair_labels(data.format) or objective.span_boundary_weight:
       raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
                         f" a single-sequence data.format (not {data.format!r}) and"

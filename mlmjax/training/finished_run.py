@@ -9,6 +9,7 @@ import functools
 from absl import logging
 import jax
 from flax import nnx
+import numpy as np
 
 from mlmjax import errors
 from mlmjax.data.text import tokenizer as tokenizer_lib
@@ -18,7 +19,10 @@ from mlmjax.training import config_check
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
+from mlmjax.models import special_ids
 from mlmjax.training.run_settings import RunSettings
+
+MASK_TEXT = "[MASK]"  # in a text given to predict or generate: one token to fill
 
 
 @dataclasses.dataclass
@@ -49,6 +53,28 @@ class FinishedRun:
     """The model's outputs on a host batch, compiled once per batch shape (op-by-op dispatch
     of the NNX module is several times slower, even for one text)."""
     return self._apply(self.state["params"], batch)
+
+  def encode_masked(self, text: str) -> list[int]:
+    """Text with literal [MASK]s -> [CLS] ids [SEP], each [MASK] one MASK_ID."""
+    parts = text.split(MASK_TEXT)
+    ids = [special_ids.CLS_ID]
+    for i, part in enumerate(parts):
+      if part.strip():
+        ids += self.tokenizer.encode([part.strip()])[0]
+      if i < len(parts) - 1:
+        ids.append(special_ids.MASK_ID)
+    return ids + [special_ids.SEP_ID]
+
+  def mlm_logits(self, ids: np.ndarray) -> np.ndarray:
+    """[B, L] ids, each row one text followed by [PAD]s -> the MLM head's logits at every
+    position [B, L, V]."""
+    rows, length = ids.shape
+    batch = {"input_ids": ids.astype(np.int32),
+             "segment_ids": (ids != special_ids.PAD_ID).astype(np.int32),
+             "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape),
+             "token_type_ids": np.zeros(ids.shape, np.int32),
+             "masked_positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)}
+    return np.asarray(self.forward(batch)["mlm_logits"])
 
 
 def load(path: str, step: int | None = None, mesh: jax.sharding.Mesh | str | None = None

@@ -119,7 +119,7 @@ def step_memory(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Me
   largest = 0
   shapes = sorted(parts.plan.shapes().values(), key=lambda s: -s[0] * s[1])
   for batch_size, seq_len, predictions, objective in shapes:
-    batch = parts.batch_spec(mesh, batch_size, seq_len, predictions)
+    batch = parts.batch_spec(mesh, batch_size, seq_len, predictions, objective)
     step = parts.train_step(setup, objective_kind=objective)
     start = time.perf_counter()
     try:

@@ -20,7 +20,8 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
             "nsp_count", "mask_token_correct", "mask_token_count", "sbo_loss_sum", "sbo_correct",
             "rtd_loss_sum", "rtd_count", "rtd_correct", "rtd_replaced", "rtd_predicted",
-            "rtd_true_positive", "clm_loss_sum", "clm_correct", "clm_count")
+            "rtd_true_positive", "clm_loss_sum", "clm_correct", "clm_count",
+            "diffusion_bound_sum", "diffusion_token_count")
 
 
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
@@ -43,6 +44,25 @@ def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp:
     sums["mask_token_correct"] = jnp.sum(correct_bp * on_mask_bp)
     sums["mask_token_count"] = jnp.sum(on_mask_bp)
   return sums
+
+
+def diffusion_sums(logits_bpv: jax.Array, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """Masked diffusion's variational bound on the negative log-likelihood (MDLM, Sahoo et al.
+  2024, eq. 10; LLaDA, Nie et al. 2025, eq. 3): each target's cross-entropy over the mask rate
+  of its document, summed; and the maskable tokens the bound is per (under diffusion every
+  masked token shows [MASK], the others their own id)."""
+  xent_bp = cross_entropy(logits_bpv, batch["masked_ids"])
+  weights_bp = batch["masked_weights"]  # 0 in padding slots, whose rate is 0 too
+  bound = jnp.sum(xent_bp * weights_bp / jnp.maximum(batch["masked_rates"], 1e-6))
+  return {"diffusion_bound_sum": bound, "diffusion_token_count": maskable_tokens(batch)}
+
+
+def maskable_tokens(batch: dict[str, jax.Array]) -> jax.Array:
+  """The tokens of a diffusion batch the masker could mask: not padding, not special."""
+  ids = batch["input_ids"]
+  maskable = (batch["segment_ids"] > 0) & ((ids >= special_ids.NUM_SPECIAL)
+                                            | (ids == special_ids.MASK_ID))
+  return jnp.sum(maskable.astype(jnp.float32))
 
 
 def per_token_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array,
@@ -86,6 +106,8 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
   if with_shown_ids:
     shown_bp = jnp.take_along_axis(batch["input_ids"], batch["masked_positions"], axis=1)
   sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
+  if "masked_rates" in batch:
+    sums.update(diffusion_sums(outputs["mlm_logits"], batch))
   if "nsp_logits" in outputs:
     sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
   if "rtd_logits" in outputs:
@@ -98,7 +120,8 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
 
 
 def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
-  """Mean cross-entropy per masked token of the global batch (never divides by zero), plus
+  """Mean cross-entropy per masked token of the global batch (never divides by zero), or
+  under diffusion with objective.diffusion_loss 'inverse_rate' the bound per maskable token, plus
   the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum), plus
   `objective.span_boundary_weight` x the mean span-boundary cross-entropy (SpanBERT: 1), plus
   `objective.discriminator_weight` x ELECTRA's mean replaced-token-detection loss per token.
@@ -107,6 +130,8 @@ def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
     return sums["clm_loss_sum"] / jnp.maximum(sums["clm_count"], 1.0)
   mlm_count = jnp.maximum(sums["mlm_count"], 1.0)
   loss = sums["mlm_loss_sum"] / mlm_count
+  if "diffusion_bound_sum" in sums and objective.diffusion_loss == "inverse_rate":
+    loss = sums["diffusion_bound_sum"] / jnp.maximum(sums["diffusion_token_count"], 1.0)
   if "nsp_loss_sum" in sums:
     loss = loss + sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
   if "sbo_loss_sum" in sums:
@@ -119,7 +144,9 @@ def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:
   """Host-side: accumulated sums -> the metrics people read (loss, accuracy, perplexity). The
-  causal-LM objective's `loss` is its next-token loss (also `clm_loss`, with `clm_accuracy`)."""
+  causal-LM objective's `loss` is its next-token loss (also `clm_loss`, with `clm_accuracy`);
+  the diffusion objective's is MLM's mean per target, its bound `diffusion_bound` (nats per
+  maskable token) and `bits_per_token`."""
   if "clm_count" in sums:
     count = max(float(sums["clm_count"]), 1.0)
     loss = float(sums["clm_loss_sum"]) / count
@@ -149,4 +176,7 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
   if "mask_token_count" in sums:
     out["mask_token_accuracy"] = float(sums["mask_token_correct"]) / max(
         float(sums["mask_token_count"]), 1.0)
+  if "diffusion_token_count" in sums:  # the bound per maskable token, in nats and in bits
+    bound = float(sums["diffusion_bound_sum"]) / max(float(sums["diffusion_token_count"]), 1.0)
+    out.update(diffusion_bound=bound, bits_per_token=bound / math.log(2.0))
   return out

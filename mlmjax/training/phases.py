@@ -10,8 +10,9 @@ with an optional 4th item, a dict of what else the phase changes:
     mask_rate      the phase's own mask rate schedule, from mask_rate at its first step ...
     mask_rate_end  ... to mask_rate_end at its last (default: mask_rate, constant), shaped by
                    masking.mask_rate_schedule; phases without them follow the run-long one
-    objective      'clm' (next-token prediction, causal_lm.py) or 'mlm' (default:
-                   objective.kind): causal LM first, then MLM
+    objective      'clm' (next-token prediction, causal_lm.py), 'mlm' or 'diffusion'
+                   (data/masking/diffusion.py) (default: objective.kind): causal LM first,
+                   then MLM; MLM, then diffusion
 
 Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model,
 the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
@@ -44,12 +45,14 @@ class Phase:
   start: int  # steps done when the phase begins
   end: int  # steps done when it ends
   seq_len: int
-  max_predictions: int  # prediction slots: those configured, fewer if the rates never need them
+  # Prediction slots: those configured, fewer if the rates never need them; a diffusion
+  # phase's rates reach 1, so it has one per position.
+  max_predictions: int
   batch_size: int
   rope_base: float
   seed: int  # of its data: document order, packing, masks (not of dropout: the run's seed)
   mask_rates: tuple[float, float] | None = None  # its own (start, end) rates, if it names them
-  objective: str = "mlm"  # objective.kind, or the phase's own 'clm' / 'mlm'
+  objective: str = "mlm"  # objective.kind, or the phase's own 'clm' / 'mlm' / 'diffusion'
 
   @property
   def predictions(self) -> int:
@@ -130,15 +133,21 @@ def plan(settings: RunSettings) -> Plan:
       slots = min(slots, int(wanted))
     own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
            if "mask_rate" in opts else None)
-    phases.append(Phase(i, start, end, seq_len, slots,
+    objective = opts.get("objective", settings.objective.kind)
+    phases.append(Phase(i, start, end, seq_len, _slots(seq_len, slots, objective),
                         int(opts.get("batch_size", train.batch_size)),
                         float(opts.get("rope_base", settings.model.rope_base)),
-                        settings.seed + _PHASE_SEED_STRIDE * i, own,
-                        opts.get("objective", settings.objective.kind)))
-  whole_run = Phase(0, 0, train.steps, settings.data.seq_len, m.max_predictions_per_seq,
-                    train.batch_size, settings.model.rope_base, settings.seed,
-                    objective=settings.objective.kind)
+                        settings.seed + _PHASE_SEED_STRIDE * i, own, objective))
+  kind = settings.objective.kind
+  whole_run = Phase(0, 0, train.steps, settings.data.seq_len,
+                    _slots(settings.data.seq_len, m.max_predictions_per_seq, kind),
+                    train.batch_size, settings.model.rope_base, settings.seed, objective=kind)
   return Plan(tuple(phases), rates, whole_run, _step_tokens(phases))
+
+
+def _slots(seq_len: int, slots: int, objective: str) -> int:
+  """A phase's prediction slots: a diffusion phase masks up to every token of a row."""
+  return seq_len if objective == "diffusion" else slots
 
 
 def _step_tokens(phases: list[Phase]) -> tuple[np.ndarray, np.ndarray]:

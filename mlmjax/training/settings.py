@@ -20,8 +20,10 @@ SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 # What the optional 4th item of a train.phases entry may set (training/phases.py).
 PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end", "objective")
-# The objectives a phase may switch between (training/causal_lm.py).
-PHASE_OBJECTIVES = ("mlm", "clm")
+# The objectives a phase may switch between (training/causal_lm.py, data/masking/diffusion.py).
+PHASE_OBJECTIVES = ("mlm", "clm", "diffusion")
+# objective.diffusion_loss: the variational bound's weighting, or none (losses.total_loss).
+DIFFUSION_LOSSES = ("inverse_rate", "plain")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +36,11 @@ class ObjectiveSettings(typed_settings.Section):
   generator_fraction: float
   discriminator_weight: float
   span_boundary_weight: float
+  diffusion_loss: str
 
   def __post_init__(self):
-    typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra", "clm"))
+    typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra", "clm", "diffusion"))
+    typed_settings.one_of("objective.diffusion_loss", self.diffusion_loss, DIFFUSION_LOSSES)
     if self.span_boundary_weight < 0:
       raise ConfigError("objective.span_boundary_weight must be >= 0")
     if self.kind == "electra" and self.discriminator_weight <= 0:

@@ -54,9 +54,12 @@ def pretraining_objective(objective_config: ObjectiveSettings,
   `token_count` [V] to the sums (adaptive masking's feedback)."""
 
   def global_counts(batch: dict) -> Sums:
-    return {"mlm_count": jnp.sum(batch["masked_weights"]),
-            "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),  # a label a row
-            "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
+    counts = {"mlm_count": jnp.sum(batch["masked_weights"]),
+              "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),  # a row's
+              "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
+    if "masked_rates" in batch:  # the diffusion objective's
+      counts["diffusion_token_count"] = losses.maskable_tokens(batch)
+    return counts
 
   def sums(outputs: dict, batch: dict) -> Sums:
     out = losses.model_sums(outputs, batch)

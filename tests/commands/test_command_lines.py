@@ -18,6 +18,7 @@ W = "/dev/null/run"  # nothing can be made there, whatever a line does
 VALID = {
     "main": ["--config=tiny", f"--workdir={W}"],
     "predict": [f"--workdir={W}", "In the beginning [MASK] created"],
+    "generate": [f"--workdir={W}"],
     "evaluate": [f"--workdir={W}"],
     "export": [f"--workdir={W}", "--out=/dev/null/hf"],
     "finetune": [f"--workdir={W}", "--task=kjv_qa"],
@@ -35,6 +36,7 @@ PRETRAINING_CONFIG = ["main", "prepare", "show_masks", "compile", "bench", "inpu
 REQUIRED = {  # the flag a command cannot do without: the line without it, the message's start
     "main": ("--workdir", "error: --workdir is required: "),
     "predict": ("--workdir", "error: --workdir is required: "),
+    "generate": ("--workdir", "error: --workdir is required: "),
     "evaluate": ("--workdir", "error: --workdir is required: "),
     "export": ("--out", "error: --out is required: "),
     "finetune": ("--task", "error: --task is required: One of kjv_testament"),
@@ -121,6 +123,12 @@ def _lines():
        "error: --model_type=wordpiece: must be one of unigram, bpe"),
       ("tokenizer-action", ["mlmjax.tokenizer", "frobnicate"], 2,
        "error: give an action, train or encode (got 'frobnicate'): "),
+      ("generate-steps", ["mlmjax.generate", *VALID["generate"], "--steps=0"], 2,
+       "error: --steps=0: 0 is not a positive integer"),
+      ("generate-remasking", ["mlmjax.generate", *VALID["generate"], "--remasking=entropy"], 2,
+       "error: --remasking=entropy: must be one of low_confidence, random"),
+      ("generate-no-run", ["mlmjax.generate", *VALID["generate"]], 1,
+       f"error: {W} holds no training run (no {W}/config.json)"),
       ("predict-no-text", ["mlmjax.predict", f"--workdir={W}"], 2,
        'error: give at least one text with [MASK], e.g. "the [MASK] of God"'),
       ("main-argument", ["mlmjax.main", *VALID["main"], "extra"], 2,

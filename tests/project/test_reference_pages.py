@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import command_lines  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = command_lines.REPO
-COMMANDS = ("main", "predict", "evaluate", "export", "finetune", "embed", "prepare", "plot",
-            "tokenizer", "bench", "input_bench", "show_masks", "compile")
+COMMANDS = ("main", "predict", "generate", "evaluate", "export", "finetune", "embed", "prepare",
+            "plot", "tokenizer", "bench", "input_bench", "show_masks", "compile")
 CONFIGS = (("Pretraining", "configs/base.py", "python -m mlmjax.main --config=tiny"
             " --workdir=runs/tiny --config.train.steps=500"),
            ("Fine-tuning", "mlmjax/finetuning/config.py", "python -m mlmjax.finetune"

@@ -8,13 +8,15 @@
   cooccurrence.py  word n-gram and pair statistics (semantic: PMI-Masking, contextual:
                  InforMask)
   strategies.py  the base strategies, one selection function each, in one table
-  masker.py      mixture, static, the 80/10/10 replacement: what the pipeline calls
+  diffusion.py   masked diffusion's per-document rates and independent masks
+  masker.py      mixture, static, diffusion, the 80/10/10 replacement: what the pipeline calls
   settings.py    the masking.* keys typed and checked, the mixture spec
   rate_schedule.py  the mask rate as a function of the step (masking.mask_rate_schedule)
   display.py     what masking did to a batch, as text and JSON (python -m mlmjax.show_masks)
 Imports data/text/ (word annotations, tokenizers, per-id tables).
 """
 
+from mlmjax.data.masking.diffusion import Rates as DiffusionRates
 from mlmjax.data.masking.masker import Masker
 from mlmjax.data.masking.rate_schedule import RateSchedule, Segment
 from mlmjax.data.masking.settings import STATIC_BASES, STRATEGIES, Settings

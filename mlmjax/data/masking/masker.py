@@ -13,6 +13,8 @@ replacement:
             sequences together want more than max_predictions_per_seq, whole units (tokens,
             words, spans) are dropped in a static random order until they fit: only then does a
             mask depend on its row.
+  diffusion each token masked alone at its document's own rate, always by [MASK]
+            (diffusion.py): the objective of masked diffusion, whatever the strategy.
   replacement  each selected token becomes [MASK] with probability mask_token_prob, a random
             non-special token with random_token_prob, else stays; decided per token, or per
             span for `span`. `replacement='uniform'` draws the random token uniformly,
@@ -31,6 +33,7 @@ import numpy as np
 
 from mlmjax.data.text import vocab_stats as vocab_stats_lib
 from mlmjax.data.masking import cooccurrence as cooccurrence_lib
+from mlmjax.data.masking import diffusion as diffusion_lib
 from mlmjax.data.masking import entities
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import settings as settings_lib
@@ -57,15 +60,19 @@ class Masker:
                token_weights: Callable[[int], np.ndarray | None] | None = None,
                span_boundaries: bool = False,
                mask_rates: rate_schedule.RateSchedule | None = None,
-               cooccurrence: cooccurrence_lib.Cooccurrence | None = None):
+               cooccurrence: cooccurrence_lib.Cooccurrence | None = None,
+               diffusion: diffusion_lib.Rates | None = None):
     """`settings`: the masking.* keys (settings.py).
     `token_weights(step)`: adaptive masking's weight table in force at that step.
     `span_boundaries`: also say where each masked slot's unit (span, word, entity, or the
     token itself) begins and ends, for SpanBERT's span-boundary objective.
     `mask_rates`: the rate as a function of the step (masking.mask_rate_schedule); None:
     masking.mask_rate at every step. Static masks are fixed, so they keep masking.mask_rate.
-    `cooccurrence`: the word statistics of `semantic` and `contextual` (cooccurrence.py)."""
+    `cooccurrence`: the word statistics of `semantic` and `contextual` (cooccurrence.py).
+    `diffusion`: mask as masked diffusion does, at per-document rates drawn so (diffusion.py),
+    and hand each slot's rate on (`DIFFUSION_RATES`); None: the strategy at the mask rate."""
     self.settings = settings
+    self.diffusion = diffusion
     self.mask_rates = mask_rates
     self.span_boundaries = span_boundaries
     self._ctx = strategies.Context(self.settings, stats, gazetteer,
@@ -80,11 +87,15 @@ class Masker:
                example_ids: np.ndarray) -> dict[str, np.ndarray]:
     """-> a new dict: masked `input_ids`, plus the prediction slots of
     models/batch_schema.py (`PREDICTIONS`; P = max_predictions_per_seq) and, with
-    `span_boundaries`, its `SPAN_BOUNDARIES`."""
+    `span_boundaries`, its `SPAN_BOUNDARIES`; with `diffusion`, its `DIFFUSION_RATES`."""
     ids = np.asarray(batch["input_ids"])
     example_ids = np.asarray(example_ids)
     s = self.settings
-    if s.strategy == "mixture":
+    rates = None
+    if self.diffusion is not None:
+      selected, new_ids, head_col, rates = self._diffuse(batch, seed, step, example_ids)
+      want = selected.sum(axis=1)
+    elif s.strategy == "mixture":
       selected, new_ids = np.zeros(ids.shape, bool), ids.copy()
       head_col = np.zeros(ids.shape, np.int64)
       want = np.zeros(len(ids), np.int64)
@@ -105,7 +116,23 @@ class Masker:
     if self.span_boundaries:
       out.update(_span_boundaries(selected, head_col, out["masked_positions"],
                                   out["masked_weights"]))
+    if rates is not None:
+      slot_rates = np.take_along_axis(rates, out["masked_positions"], axis=1)
+      out["masked_rates"] = np.where(out["masked_weights"] > 0, slot_rates, 0.0).astype(
+          np.float32)
     return out
+
+  def _diffuse(self, batch, seed, step, example_ids):
+    """-> selected [R, T], input ids with [MASK] at them, each token its own unit, and each
+    token's document rate [R, T]."""
+    ids = np.asarray(batch["input_ids"])
+    seg = batch.get("segment_ids")
+    seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
+    draws = uniforms.Draws(seed, step, example_ids)
+    rates = self.diffusion.of_documents(draws, seg)
+    selected = diffusion_lib.select(ids, seg, draws, rates)
+    new_ids = np.where(selected, special_ids.MASK_ID, ids).astype(ids.dtype)
+    return selected, new_ids, np.broadcast_to(np.arange(ids.shape[1]), ids.shape), rates
 
   def _mask_rows(self, strategy, batch, seed, step, example_ids):
     """-> selected [R, T], new input ids [R, T], unit head column [R, T] (valid where

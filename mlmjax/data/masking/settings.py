@@ -12,6 +12,7 @@ import numpy as np
 
 from mlmjax import typed_settings
 from mlmjax.data.text import annotation
+from mlmjax.data.masking import diffusion
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import syntax
 from mlmjax.errors import ConfigError
@@ -95,6 +96,8 @@ class Settings(typed_settings.Section):
   adaptive_every_steps: int
   adaptive_decay: float
   stats_max_documents: int
+  diffusion_rates: str
+  diffusion_min_rate: float
   mixture_weights: tuple[tuple[str, float], ...] = dataclasses.field(init=False)
 
   def __post_init__(self):
@@ -125,7 +128,16 @@ class Settings(typed_settings.Section):
       raise ConfigError(f"masking.adaptive_decay={self.adaptive_decay} must be in [0, 1)")
     if self.stats_max_documents < 0:
       raise ConfigError(f"masking.stats_max_documents={self.stats_max_documents} must be >= 0")
+    typed_settings.one_of("masking.diffusion_rates", self.diffusion_rates,
+                          diffusion.DISTRIBUTIONS)
+    if not 0.0 < self.diffusion_min_rate < 1.0:  # 0 would divide the bound's loss by 0
+      raise ConfigError(f"masking.diffusion_min_rate={self.diffusion_min_rate} must be in (0, 1)"
+                        " (MDLM, LLaDA: 1e-3)")
     self._check_strategies_in_use()
+
+  def diffusion(self) -> diffusion.Rates:
+    """How the diffusion objective draws its documents' rates."""
+    return diffusion.Rates(self.diffusion_rates, self.diffusion_min_rate)
 
   def _check_strategies_in_use(self) -> None:
     """The keys of the strategies this run uses (a key of one it does not use is ignored)."""

@@ -20,7 +20,7 @@ _STATIC_SALT = np.uint64(0x5A17C0DE00000000)
 # Independent streams of one step (eval uses its own seed, see data/pipeline.py); new ones go at
 # the end, so that the others' draws never change.
 (SELECT, ACTION, REPLACEMENT, SPAN_LENGTH, SPAN_ANCHOR, MIXTURE, TRUNCATE, OVERLAP,
- ENTITY) = range(9)
+ ENTITY, DIFFUSION_RATE) = range(10)
 CANDIDATES = 64  # contextual's candidate masks draw streams CANDIDATES, CANDIDATES + 1, ...
 
 

@@ -1,0 +1,97 @@
+"""Generation from a masked-diffusion run (models/unmasking.py, python -m mlmjax.generate): no
+[MASK] left, the prompt and the given text of an infill unchanged, LLaDA's low-confidence rule
+checked against the model's own probabilities, blocks filled left to right in even shares, and
+the same text from the same seed."""
+
+import numpy as np
+import pytest
+
+from conftest import micro
+from mlmjax import generate
+from mlmjax.errors import UserError
+from mlmjax.models import special_ids
+from mlmjax.models import unmasking
+from mlmjax.training import finished_run
+from mlmjax.training import train
+
+MASK = special_ids.MASK_ID
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tokenizer_path):
+  """A tiny diffusion run of 30 steps: enough for predictions that differ by position."""
+  config = micro(tokenizer_path)
+  config.objective.kind = "diffusion"
+  config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+  config.train.update(steps=30, eval_every_steps=30, checkpoint_every_steps=30)
+  workdir = str(tmp_path_factory.mktemp("generate") / "run")
+  train.train_and_evaluate(config, workdir)
+  return finished_run.load(workdir)
+
+
+def test_the_shares_of_a_block_are_as_even_as_can_be():
+  np.testing.assert_array_equal(unmasking.even_shares(10, 4), [3, 3, 2, 2])
+  np.testing.assert_array_equal(unmasking.even_shares(np.array([2, 8]), 3),
+                                [[1, 1, 0], [3, 3, 2]])
+
+
+def test_from_nothing_from_a_prompt_and_infilling_keep_what_is_given(run):
+  ids = generate.rows(run, ["", "In the beginning God", "And God [MASK] [MASK] the light"], 6, 1)
+  out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=6))
+  assert not (out == MASK).any()
+  given = ids != MASK
+  np.testing.assert_array_equal(out[given], ids[given])  # prompt, infill text, [CLS] [SEP] [PAD]
+  assert np.array_equal(filled_at >= 0, ~given)
+  assert (out[~given] >= special_ids.NUM_SPECIAL).all()  # no special token generated
+  assert [int(n) for n in (~given).sum(axis=1)] == [6, 6, 2]
+  assert generate.shown(run, out[2], filled_at[2]).startswith("And God [")
+
+
+def test_each_step_keeps_the_predictions_the_model_is_surest_of(run):
+  """LLaDA's low-confidence remasking, by hand: at the first step, the kept positions are the
+  ones whose most likely token has the highest probability."""
+  ids = generate.rows(run, ["In the beginning God"], 12, 1)
+  out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=4))
+  logits = run.mlm_logits(ids)[0].astype(np.float64)
+  logits[:, :special_ids.NUM_SPECIAL] = -np.inf
+  probs = np.exp(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
+  masked = np.nonzero(ids[0] == MASK)[0]
+  surest = masked[np.argsort(-probs[masked].max(axis=-1))[:3]]  # 12 in 4 steps: 3 a step
+  assert sorted(np.nonzero(filled_at[0] == 0)[0]) == sorted(surest)
+  np.testing.assert_array_equal(out[0, surest], probs[surest].argmax(axis=-1))
+  assert np.bincount(filled_at[0][filled_at[0] >= 0]).tolist() == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("remasking", unmasking.REMASKING)
+def test_blocks_are_filled_left_to_right(run, remasking):
+  ids = generate.rows(run, [], 10, 2)
+  sampling = unmasking.Sampling(steps=6, block_length=4, remasking=remasking)
+  _, filled_at = unmasking.generate(run.mlm_logits, ids, sampling)
+  masked = np.nonzero(ids[0] == MASK)[0]
+  blocks = [filled_at[:, masked[i:i + 4]] for i in (0, 4, 8)]  # 4, 4 and 2 positions
+  # 6 steps for 3 blocks: 2 each; a block's positions are all filled before the next begins.
+  for b, block in enumerate(blocks):
+    assert block.min() == 2 * b and block.max() == 2 * b + 1
+
+
+def test_a_seed_gives_the_same_text_and_another_seed_other_text(run):
+  ids = generate.rows(run, [], 16, 3)
+
+  def sample(seed):
+    return unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(
+        steps=8, temperature=1.0, remasking="random", seed=seed))[0]
+  np.testing.assert_array_equal(sample(1), sample(1))
+  assert not np.array_equal(sample(1), sample(2))
+
+
+def test_bad_sampling_and_too_long_texts_are_one_line(run):
+  with pytest.raises(UserError) as e:
+    unmasking.generate(run.mlm_logits, generate.rows(run, [], 8, 1),
+                       unmasking.Sampling(steps=1, block_length=4))
+  assert str(e.value) == ("--steps=1 is fewer than the 2 blocks of --block_length=4: each block"
+                          " needs a step")
+  with pytest.raises(UserError) as e:
+    generate.rows(run, ["In the beginning God"], 40, 1)
+  length = len(run.encode_masked("In the beginning God")) + 40
+  assert str(e.value) == (f"a text with what it generates is {length} tokens; this model takes"
+                          " at most 32: shorten it or lower --length")

@@ -1,0 +1,108 @@
+"""The diffusion objective (objective.kind='diffusion', or a phase's): the variational bound
+computed by hand, the loss the settings choose, one prediction slot per position, the rules
+it refuses, the preset, a loss that falls, and MLM-then-diffusion resuming exactly across the
+switch."""
+
+import logging
+import math
+
+import jax.numpy as jnp
+import pytest
+
+from conftest import assert_resumed, assert_same_arrays, saved_state
+from configs import diffusion as diffusion_preset
+from mlmjax.errors import ConfigError
+from mlmjax.training import config_check
+from mlmjax.training import losses
+from mlmjax.training import metrics
+from mlmjax.training import phases
+from mlmjax.training import train
+from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import ObjectiveSettings
+
+V = 16
+
+
+def _batch():
+  """One row: [CLS] [MASK] [MASK] 10 [SEP] [PAD]; the two [MASK]s are targets of documents at
+  rates 0.5 and 0.25 (one slot of padding)."""
+  return {"input_ids": jnp.array([[2, 4, 4, 10, 3, 0]]),
+          "segment_ids": jnp.array([[1, 1, 1, 1, 1, 0]]),
+          "masked_ids": jnp.array([[11, 12, 0]]),
+          "masked_weights": jnp.array([[1.0, 1.0, 0.0]]),
+          "masked_rates": jnp.array([[0.5, 0.25, 0.0]])}
+
+
+def _objective(loss):
+  return ObjectiveSettings(kind="diffusion", generator_fraction=0.25, discriminator_weight=50.0,
+                           span_boundary_weight=0.0, diffusion_loss=loss)
+
+
+def test_the_bound_is_each_targets_cross_entropy_over_its_rate_per_maskable_token():
+  logits = jnp.zeros((1, 3, V))  # every target's cross-entropy: log 16
+  sums = losses.model_sums({"mlm_logits": logits}, _batch())
+  # log 16 / 0.5 + log 16 / 0.25 over the 3 maskable tokens (two masked, one shown: 10).
+  assert float(sums["diffusion_bound_sum"]) == pytest.approx(6 * math.log(V))
+  assert float(sums["diffusion_token_count"]) == 3
+  assert float(losses.total_loss(sums, _objective("inverse_rate"))) == pytest.approx(
+      2 * math.log(V))
+  assert float(losses.total_loss(sums, _objective("plain"))) == pytest.approx(math.log(V))
+  read = losses.summarize({k: float(v) for k, v in sums.items()})
+  assert read["diffusion_bound"] == pytest.approx(2 * math.log(V))
+  assert read["bits_per_token"] == pytest.approx(2 * 4)  # 2 log 16 nats = 8 bits
+
+
+def test_a_diffusion_phase_has_a_slot_per_position_and_the_preset_passes(micro_config):
+  micro_config.train.phases = ((0.5, 32, 6), (0.5, 32, 6, {"objective": "diffusion"}))
+  plan = phases.plan(RunSettings.from_config(micro_config))
+  assert [(p.objective, p.max_predictions) for p in plan] == [("mlm", 6), ("diffusion", 32)]
+  for size in diffusion_preset.SIZES:
+    config = diffusion_preset.get_config(size)
+    config_check.checked(config, 8, 1)
+    assert phases.plan(RunSettings.from_config(config)).whole_run.max_predictions == (
+        config.data.seq_len)
+
+
+def test_the_rules_it_refuses_are_one_line(micro_config):
+  micro_config.objective.kind = "diffusion"
+  micro_config.masking.strategy = "span"
+  with pytest.raises(ConfigError) as e:
+    config_check.checked(micro_config, 1, 1)
+  assert str(e.value) == ("the diffusion objective masks each token alone at its document's"
+                          " rate: it takes masking.strategy='random', not 'span'")
+  micro_config.objective.diffusion_loss = "elbo"
+  with pytest.raises(ConfigError) as e:
+    RunSettings.from_config(micro_config)
+  assert str(e.value) == ("objective.diffusion_loss='elbo' is not one of inverse_rate, plain")
+
+
+def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
+  micro_config.objective.kind = "diffusion"
+  micro_config.train.update(steps=40, log_every_steps=20, eval_every_steps=40,
+                            checkpoint_every_steps=40, learning_rate=3e-3)
+  train.train_and_evaluate(micro_config, str(tmp_path / "run"))
+  rows = [r for r in metrics.rows(str(tmp_path / "run" / "metrics.jsonl")) if "loss" in r]
+  assert [r["step"] for r in rows] == [20, 40]
+  assert rows[-1]["diffusion_bound"] < rows[0]["diffusion_bound"] - 0.3
+  assert rows[-1]["loss"] < rows[0]["loss"]
+
+
+@pytest.mark.slow
+def test_mlm_then_diffusion_resumes_bit_identically_across_and_inside_the_switch(
+    tmp_path, micro_config, caplog):
+  """4 MLM steps then 4 diffusion steps (dropout on): the diffusion steps log the bound, and a
+  run stopped before the switch (step 3) and again inside the diffusion phase (step 6) ends
+  bit-identical to the straight one."""
+  micro_config.train.phases = ((0.5, 32, 6), (0.5, 32, 6, {"objective": "diffusion"}))
+  micro_config.train.update(log_every_steps=1, eval_every_steps=4)
+  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
+  train.train_and_evaluate(micro_config, straight)
+  trained = {r["step"]: r for r in metrics.rows(f"{straight}/metrics.jsonl") if "loss" in r}
+  assert [s for s in trained if "diffusion_bound" in trained[s]] == [5, 6, 7, 8]
+  train.train_and_evaluate(micro_config, split, stop_after=3)
+  for stop_after, resumed_from in ((6, 3), (None, 6)):
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+      train.train_and_evaluate(micro_config, split, stop_after=stop_after)
+    assert_resumed(split, resumed_from, caplog.text)
+  assert_same_arrays(saved_state(straight), saved_state(split))
