@@ -242,8 +242,9 @@ def on_mesh(host: ShardedIterator, mesh, depth: int) -> prefetch.Prefetcher:
 
 def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
                    batch_size: int, seq_len: int, seed: int, num_batches: int,
-                   word_start=None) -> Iterator[dict[str, np.ndarray]]:
-  """The same `num_batches` held-out batches, with the same masks, every time.
+                   word_start=None, first_step: int = 0) -> Iterator[dict[str, np.ndarray]]:
+  """The same `num_batches` held-out batches, with the same masks, every time: those of steps
+  first_step, first_step + 1, ... (another first_step: the same rows masked otherwise).
 
   A fixed count (cycling a small split) keeps every process in lock-step on multi-host runs.
   Built in this process: a few batches do not pay for starting workers.
@@ -251,4 +252,5 @@ def make_eval_iter(data: InputSettings, tok, source, masker: masking.Masker, *,
   spec = _spec(data, tokenized(source, tok, masker.settings.annotator()), masker, word_start,
                batch_size=batch_size, seq_len=seq_len, seed=seed + _EVAL_SEED_OFFSET,
                shuffle=False)
-  return itertools.islice(ShardedIterator(spec, Masking(spec, masker, 0)), num_batches)
+  return itertools.islice(ShardedIterator(spec, Masking(spec, masker, first_step)),
+                          num_batches)

@@ -101,16 +101,22 @@ class RunInput:
         batch_size=shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
         word_start=self.stats.word_start, first_step=first_step)
 
-  def eval_batches(self, shape: Shape, batch_size: int | None = None):
+  def eval_batches(self, shape: Shape, batch_size: int | None = None,
+                   diffusion_sample: int | None = None):
     """The fixed held-out batches of `shape`'s row length and seed (`batch_size` rows, default
     the shape's), masked at `eval.mask_rate` with the slots a full row needs at that rate, by
-    their own masker: feedback never moves the eval set."""
+    their own masker: feedback never moves the eval set. With `diffusion_sample` k: the same
+    rows masked as the diffusion objective masks, the k-th draw (a Monte Carlo sample of its
+    bound)."""
     rate = self.held_out.mask_rate
-    masker = self.masker(held_out_max_predictions(shape.seq_len, rate), rate)
+    diffusion = diffusion_sample is not None
+    slots = shape.seq_len if diffusion else held_out_max_predictions(shape.seq_len, rate)
+    masker = self.masker(slots, rate, diffusion=diffusion)
     return pipeline.make_eval_iter(
         self.data, self.tokenizer, self.eval_source, masker,
         batch_size=batch_size or shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
-        num_batches=self.held_out.batches, word_start=self.stats.word_start)
+        num_batches=self.held_out.batches, word_start=self.stats.word_start,
+        first_step=(diffusion_sample or 0) * self.held_out.batches)
 
 
 def held_out_max_predictions(seq_len: int, mask_rate: float) -> int:

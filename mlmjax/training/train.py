@@ -84,12 +84,14 @@ class LoopState:
 
 def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, shape: input_lib.Shape,
                     mesh, batch_size: int | None = None,
-                    interrupted: Callable[[], bool] = lambda: False) -> dict[str, float] | None:
+                    interrupted: Callable[[], bool] = lambda: False,
+                    diffusion_sample: int | None = None) -> dict[str, float] | None:
   """Held-out metrics over `train.eval_batches` fixed batches of `shape` (a phase; with
-  `batch_size` rows, default the phase's): the same masks every time. None if `interrupted()`,
-  asked before each batch, said to stop."""
+  `batch_size` rows, default the phase's): the same masks every time (`diffusion_sample`:
+  masked as the diffusion objective masks, run_input.py). None if `interrupted()`, asked
+  before each batch, said to stop."""
   totals: dict[str, np.ndarray] = {}
-  for batch in run_input.eval_batches(shape, batch_size):
+  for batch in run_input.eval_batches(shape, batch_size, diffusion_sample):
     if interrupted():
       return None
     sums = jax.device_get(eval_step(params, sharding.to_device(batch, mesh)))

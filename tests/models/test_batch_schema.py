@@ -11,6 +11,7 @@ from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.models import batch_schema
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
+from mlmjax.training import phases
 from mlmjax.training.run_settings import RunSettings
 
 from conftest import eval_iter, train_iter
@@ -53,6 +54,31 @@ def test_compile_traces_the_steps_with_the_schema(micro_config):
   step = assembly.Assembly.of(settings).train_step(setup)
   _, metrics = jax.eval_shape(step, setup.abstract_state, spec)
   assert "sbo_loss_sum" in metrics
+
+
+def test_a_diffusion_batch_is_the_schema_and_the_step_traces_with_it(micro_config, corpus,
+                                                                    vocab_stats_for_tests):
+  """The diffusion objective's batch: a slot per position and each slot's rate, from the
+  pipeline as in mlmjax.compile's abstract batch; its step returns the bound's sums."""
+  c = micro_config
+  c.objective.kind = "diffusion"
+  settings = RunSettings.from_config(c)
+  slots = phases.plan(settings).whole_run.max_predictions  # one per position
+  masker = masking.Masker(settings.masking.replace(max_predictions_per_seq=slots),
+                          vocab_stats_for_tests, diffusion=settings.masking.diffusion())
+  tok = tok_lib.Tokenizer.load(c.tokenizer.path)
+  batch = next(iter(train_iter(c, tok, corpus[0], masker)))
+  schema = batch_schema.shapes(c.train.batch_size, c.data.seq_len, c.data.seq_len, pairs=False,
+                               span_boundaries=False, diffusion=True)
+  assert {k: (v.shape, v.dtype) for k, v in batch.items()} == schema
+  parts = assembly.Assembly.of(settings)
+  mesh = sharding.make_mesh(c.mesh)
+  spec = parts.batch_spec(mesh, c.train.batch_size, c.data.seq_len,
+                          parts.plan.whole_run.max_predictions)
+  assert {k: (v.shape, v.dtype) for k, v in spec.items()} == schema
+  setup = parts.setup(512, mesh)
+  _, metrics = jax.eval_shape(parts.train_step(setup), setup.abstract_state, spec)
+  assert {"diffusion_bound_sum", "diffusion_token_count"} <= set(metrics)
 
 
 def test_a_model_names_the_keys_a_batch_lacks(micro_config):

@@ -1,7 +1,7 @@
 """The diffusion objective (objective.kind='diffusion', or a phase's): the variational bound
 computed by hand, the loss the settings choose, one prediction slot per position, the rules
-it refuses, the preset, a loss that falls, and MLM-then-diffusion resuming exactly across the
-switch."""
+it refuses, the preset, a loss that falls, the bound from python -m mlmjax.evaluate, and
+MLM-then-diffusion resuming exactly across the switch."""
 
 import logging
 import math
@@ -11,6 +11,7 @@ import pytest
 
 from conftest import assert_resumed, assert_same_arrays, saved_state
 from configs import diffusion as diffusion_preset
+from mlmjax import evaluate
 from mlmjax.errors import ConfigError
 from mlmjax.training import config_check
 from mlmjax.training import losses
@@ -85,6 +86,13 @@ def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
   assert [r["step"] for r in rows] == [20, 40]
   assert rows[-1]["diffusion_bound"] < rows[0]["diffusion_bound"] - 0.3
   assert rows[-1]["loss"] < rows[0]["loss"]
+  # python -m mlmjax.evaluate: 4 draws of the bound by default for a diffusion run, their mean.
+  scored = evaluate.evaluate(str(tmp_path / "run"), mask_rate=0.85)
+  one = evaluate.evaluate(str(tmp_path / "run"), bound_samples=1)
+  assert scored["bound_samples"] == 4 and scored["mask_rate"] == 0.85
+  assert scored["bits_per_token"] == pytest.approx(scored["diffusion_bound"] / math.log(2))
+  assert scored["diffusion_bound"] != one["diffusion_bound"]  # the other draws count
+  assert abs(scored["diffusion_bound"] - rows[-1]["diffusion_bound"]) < 0.5
 
 
 @pytest.mark.slow
