@@ -189,6 +189,11 @@ def get_config() -> ml_collections.ConfigDict:
   # per maskable token (the variational bound, as MDLM and LLaDA train); 'plain': the mean over
   # the targets, as MLM's (arXiv 2602.15014 found it about 12% more compute-efficient).
   config.objective.diffusion_loss = "inverse_rate"
+  # Prediction slots whose logits a train step makes at once (recomputed in the backward pass),
+  # so that [rows, slots, vocabulary] float32 logits never exist whole; 0: all at once. Pays
+  # where the slots are many: the diffusion objective has one per position (docs/diffusion.md
+  # has the measured memory). Not with ELECTRA or the span-boundary objective.
+  config.objective.logits_chunk = 0
   # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
   config.objective.generator_fraction = 0.25
   # electra: weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).

@@ -267,13 +267,31 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
                                     self.mlm_transform, self.mlm_norm, self.token_embedding[...],
                                     self.mlm_bias[...])}
     if self.nsp_head:
-      # BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
-      # example each), then a 2-way classifier; no dropout in between (as in BERT's
-      # pretraining head and Hugging Face's BertPreTrainingHeads).
-      pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
-      out["nsp_logits"] = self.nsp_classifier(pooled_bd).astype(jnp.float32)
+      out["nsp_logits"] = self._nsp_logits(hidden_btd)
     if self.span_boundary is not None:
       out["sbo_logits"] = self.span_boundary(hidden_btd, batch, self.token_embedding[...])
+    return out
+
+  def _nsp_logits(self, hidden_btd) -> jax.Array:
+    """BERT's pooler: dense + tanh on the [CLS] token (row position 0: pair rows hold one
+    example each), then a 2-way classifier; no dropout in between (as in BERT's pretraining
+    head and Hugging Face's BertPreTrainingHeads)."""
+    pooled_bd = jnp.tanh(self.pooler(hidden_btd[:, 0]))
+    return self.nsp_classifier(pooled_bd).astype(jnp.float32)
+
+  def masked_features(self, batch, dropout_key=None, constrain_layer=None
+                      ) -> dict[str, jax.Array]:
+    """What __call__ gives, with the MLM head stopped before its decoder: `mlm_features`
+    [B, P, D] at the masked positions, `decoder` [V, D] and `decoder_bias` [V], which the loss
+    applies a chunk of slots at a time (training/losses.py chunked_model_sums), so that
+    [B, P, V] logits never exist whole; `nsp_logits` with the pair head."""
+    batch_schema.require(batch, ["masked_positions"])
+    hidden_btd = self.encode(batch, dropout_key, constrain_layer)
+    out = {"mlm_features": head_features(gather(hidden_btd, batch["masked_positions"]),
+                                         self.mlm_transform, self.mlm_norm),
+           "decoder": self.token_embedding[...], "decoder_bias": self.mlm_bias[...]}
+    if self.nsp_head:
+      out["nsp_logits"] = self._nsp_logits(hidden_btd)
     return out
 
   def next_token_features(self, batch, dropout_key=None, constrain_layer=None

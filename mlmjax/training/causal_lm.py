@@ -19,7 +19,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mlmjax.models import bert
 from mlmjax.training import losses
 
 # Positions whose logits the loss computes at once (see sums).
@@ -60,36 +59,19 @@ def sums(outputs: dict, batch: dict, per_token_loss: bool = False,
   """clm_loss_sum, clm_correct, clm_count of the next tokens, from the model's head features
   [B, T-1, D] and tied decoder (bert.py next_token_features); with `per_token_loss` the
   per-vocabulary sums of adaptive masking's feedback as well (each token's difficulty as a
-  next token).
-
-  The decoder runs on `chunk` positions at a time under jax.checkpoint: the backward pass
-  recomputes each chunk's logits, so a step holds [B, chunk, V] of them, not [B, T-1, V] (at
-  ModernBERT's 1,024 tokens and 50,368 ids, 206 MB a row in float32)."""
+  next token). The decoder runs on `chunk` positions at a time (losses.chunked_sums): a step
+  holds [B, chunk, V] logits, not [B, T-1, V]."""
   targets_bt, weights_bt = next_token_targets(batch)
-  features_btd = outputs["clm_features"]
-  width = min(chunk, features_btd.shape[1])
-  pad = -features_btd.shape[1] % width  # padded positions have weight 0
 
-  def chunks(x):  # [B, T-1, ...] -> [T' / width, B, width, ...]
-    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
-    return jnp.moveaxis(x.reshape(x.shape[0], -1, width, *x.shape[2:]), 1, 0)
-
-  @jax.checkpoint
-  def one(xs):
-    features, targets, weights = xs
-    logits = bert.decode(features, outputs["decoder"], outputs["decoder_bias"])
-    out = losses.mlm_sums(logits, targets, weights)
+  def of_chunk(logits, xs):
+    out = losses.mlm_sums(logits, xs["targets"], xs["weights"])
     if per_token_loss:
-      out.update(losses.per_token_sums(logits, targets, weights))
+      out.update(losses.per_token_sums(logits, xs["targets"], xs["weights"]))
     return out
 
-  def add(total, xs):
-    return jax.tree.map(jnp.add, total, one(xs)), None
-
-  xs = (chunks(features_btd), chunks(targets_bt), chunks(weights_bt))
-  zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
-                       jax.eval_shape(one, jax.tree.map(lambda x: x[0], xs)))
-  total, _ = jax.lax.scan(add, zeros, xs)
+  total = losses.chunked_sums(outputs["clm_features"], outputs["decoder"],
+                              outputs["decoder_bias"],
+                              {"targets": targets_bt, "weights": weights_bt}, of_chunk, chunk)
   out = {"clm_loss_sum": total.pop("mlm_loss_sum"), "clm_correct": total.pop("mlm_correct"),
          "clm_count": total.pop("mlm_count")}
   return {**out, **total}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
+from mlmjax.models import bert
 from mlmjax.models import special_ids
 
 
@@ -46,15 +48,13 @@ def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp:
   return sums
 
 
-def diffusion_sums(logits_bpv: jax.Array, batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+def diffusion_bound_sum(logits_bpv: jax.Array, masked_ids_bp: jax.Array,
+                        masked_weights_bp: jax.Array, masked_rates_bp: jax.Array) -> jax.Array:
   """Masked diffusion's variational bound on the negative log-likelihood (MDLM, Sahoo et al.
-  2024, eq. 10; LLaDA, Nie et al. 2025, eq. 3): each target's cross-entropy over the mask rate
-  of its document, summed; and the maskable tokens the bound is per (under diffusion every
-  masked token shows [MASK], the others their own id)."""
-  xent_bp = cross_entropy(logits_bpv, batch["masked_ids"])
-  weights_bp = batch["masked_weights"]  # 0 in padding slots, whose rate is 0 too
-  bound = jnp.sum(xent_bp * weights_bp / jnp.maximum(batch["masked_rates"], 1e-6))
-  return {"diffusion_bound_sum": bound, "diffusion_token_count": maskable_tokens(batch)}
+  2024, eq. 10; LLaDA, Nie et al. 2025, eq. 3), summed: each target's cross-entropy over the
+  mask rate of its document (padding slots have weight 0 and rate 0)."""
+  xent_bp = cross_entropy(logits_bpv, masked_ids_bp)
+  return jnp.sum(xent_bp * masked_weights_bp / jnp.maximum(masked_rates_bp, 1e-6))
 
 
 def maskable_tokens(batch: dict[str, jax.Array]) -> jax.Array:
@@ -107,7 +107,9 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
     shown_bp = jnp.take_along_axis(batch["input_ids"], batch["masked_positions"], axis=1)
   sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
   if "masked_rates" in batch:
-    sums.update(diffusion_sums(outputs["mlm_logits"], batch))
+    sums.update(diffusion_bound_sum=diffusion_bound_sum(
+        outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"],
+        batch["masked_rates"]), diffusion_token_count=maskable_tokens(batch))
   if "nsp_logits" in outputs:
     sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
   if "rtd_logits" in outputs:
@@ -117,6 +119,61 @@ def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
     sbo = mlm_sums(outputs["sbo_logits"], batch["masked_ids"], batch["masked_weights"])
     sums.update(sbo_loss_sum=sbo["mlm_loss_sum"], sbo_correct=sbo["mlm_correct"])
   return sums
+
+
+def chunked_model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array], chunk: int,
+                       per_token_loss: bool = False) -> dict[str, jax.Array]:
+  """model_sums (and per_token_sums with `per_token_loss`) of a model that gave its MLM head's
+  features at the slots (bert.py's masked_features, objective.logits_chunk): the decoder
+  applied `chunk` slots at a time (chunked_sums)."""
+  keys = [k for k in ("masked_ids", "masked_weights", "masked_rates") if k in batch]
+
+  def of_chunk(logits_bcv, slots):
+    ids, weights = slots["masked_ids"], slots["masked_weights"]
+    out = mlm_sums(logits_bcv, ids, weights)
+    if "masked_rates" in slots:
+      out["diffusion_bound_sum"] = diffusion_bound_sum(logits_bcv, ids, weights,
+                                                       slots["masked_rates"])
+    if per_token_loss:
+      out.update(per_token_sums(logits_bcv, ids, weights))
+    return out
+
+  sums = chunked_sums(outputs["mlm_features"], outputs["decoder"], outputs["decoder_bias"],
+                      {k: batch[k] for k in keys}, of_chunk, chunk)
+  if "masked_rates" in batch:
+    sums["diffusion_token_count"] = maskable_tokens(batch)
+  if "nsp_logits" in outputs:
+    sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
+  return sums
+
+
+def chunked_sums(features_bpd: jax.Array, decoder_vd: jax.Array, bias_v: jax.Array,
+                 arrays: dict[str, jax.Array], sums_of: Callable, chunk: int
+                 ) -> dict[str, jax.Array]:
+  """sums_of(logits [B, chunk, V], the arrays' [B, chunk] slices) added up over the positions
+  of `features_bpd`, `chunk` at a time, each chunk's logits made by the tied decoder under
+  jax.checkpoint: the backward pass makes them again, so a step holds [B, chunk, V] logits,
+  never [B, P, V] (at 1,024 positions of 50,368 ids, 206 MB a row in float32). Positions past
+  P (the last chunk's padding) get zeros in the arrays: give them weight 0 there."""
+  width = min(chunk, features_bpd.shape[1])
+  pad = -features_bpd.shape[1] % width
+
+  def chunks(x):  # [B, P, ...] -> [P' / width, B, width, ...]
+    x = jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.moveaxis(x.reshape(x.shape[0], -1, width, *x.shape[2:]), 1, 0)
+
+  @jax.checkpoint
+  def one(xs):
+    features, slices = xs
+    return sums_of(bert.decode(features, decoder_vd, bias_v), slices)
+
+  def add(total, xs):
+    return jax.tree.map(jnp.add, total, one(xs)), None
+
+  xs = (chunks(features_bpd), {k: chunks(v) for k, v in arrays.items()})
+  zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                       jax.eval_shape(one, jax.tree.map(lambda x: x[0], xs)))
+  return jax.lax.scan(add, zeros, xs)[0]
 
 
 def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:

@@ -37,10 +37,17 @@ class ObjectiveSettings(typed_settings.Section):
   discriminator_weight: float
   span_boundary_weight: float
   diffusion_loss: str
+  logits_chunk: int
 
   def __post_init__(self):
     typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra", "clm", "diffusion"))
     typed_settings.one_of("objective.diffusion_loss", self.diffusion_loss, DIFFUSION_LOSSES)
+    if self.logits_chunk < 0:
+      raise ConfigError(f"objective.logits_chunk={self.logits_chunk} must be >= 0 (0: all the"
+                        " slots at once)")
+    if self.logits_chunk and (self.kind == "electra" or self.span_boundary_weight):
+      raise ConfigError("objective.logits_chunk decodes the MLM head's slots in chunks; ELECTRA"
+                        " and the span-boundary objective read whole logits: set it to 0")
     if self.span_boundary_weight < 0:
       raise ConfigError("objective.span_boundary_weight must be >= 0")
     if self.kind == "electra" and self.discriminator_weight <= 0:

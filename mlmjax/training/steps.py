@@ -38,20 +38,24 @@ class Objective:
   loss: Callable[[Sums], jax.Array]
   # The batch as the model sees it (the causal-LM objective unmasks the rows).
   prepare: Callable[[dict], dict] = lambda batch: batch
-  causal: bool = False  # the model's next-token features, under causal attention
+  # The model's method whose outputs `sums` reads (train_state.MeshSetup.forward).
+  outputs: str = "__call__"
 
 
 def causal_lm_objective(per_token_loss: bool = False) -> Objective:
   """Next-token prediction on the encoder (causal_lm.py)."""
   return Objective(causal_lm.global_counts,
                    lambda outputs, batch: causal_lm.sums(outputs, batch, per_token_loss),
-                   lambda s: losses.total_loss(s, None), causal_lm.prepare, causal=True)
+                   lambda s: losses.total_loss(s, None), causal_lm.prepare,
+                   "next_token_features")
 
 
 def pretraining_objective(objective_config: ObjectiveSettings,
                           per_token_loss: bool = False) -> Objective:
   """The pretraining loss (losses.total_loss). `per_token_loss` adds `token_loss_sum` /
-  `token_count` [V] to the sums (adaptive masking's feedback)."""
+  `token_count` [V] to the sums (adaptive masking's feedback). With objective.logits_chunk the
+  model stops before its decoder and the loss decodes that many slots at a time."""
+  chunk = objective_config.logits_chunk
 
   def global_counts(batch: dict) -> Sums:
     counts = {"mlm_count": jnp.sum(batch["masked_weights"]),
@@ -62,13 +66,16 @@ def pretraining_objective(objective_config: ObjectiveSettings,
     return counts
 
   def sums(outputs: dict, batch: dict) -> Sums:
+    if chunk:
+      return losses.chunked_model_sums(outputs, batch, chunk, per_token_loss)
     out = losses.model_sums(outputs, batch)
     if per_token_loss:
       out.update(losses.per_token_sums(outputs["mlm_logits"], batch["masked_ids"],
                                        batch["masked_weights"]))
     return out
 
-  return Objective(global_counts, sums, lambda s: losses.total_loss(s, objective_config))
+  return Objective(global_counts, sums, lambda s: losses.total_loss(s, objective_config),
+                   outputs="masked_features" if chunk else "__call__")
 
 
 def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
@@ -101,7 +108,7 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
     def loss_fn(params):
-      outputs = setup.forward(params, batch, dropout_key=key, causal=objective.causal)
+      outputs = setup.forward(params, batch, dropout_key=key, outputs=objective.outputs)
       sums = objective.sums(outputs, batch)
       return objective.loss({**sums, **{c: counts[c] for c in counts if c in sums}}), sums
     return jax.grad(loss_fn, has_aux=True)(params)

@@ -40,10 +40,11 @@ class MeshSetup:
   abstract_state: State  # ShapeDtypeStructs carrying the target shardings (for restore)
   init_fn: Callable[[], State]  # jitted: builds the state directly sharded on the mesh
 
-  def forward(self, params, batch, dropout_key=None, causal: bool = False
+  def forward(self, params, batch, dropout_key=None, outputs: str = "__call__"
               ) -> dict[str, jax.Array]:
-    """The model's outputs on a batch (with `causal`, its next-token features: bert.py's
-    next_token_features). FSDP: embeddings and heads are gathered over fsdp up front, each
+    """The model's outputs on a batch: `outputs` names the model's method that gives them
+    (bert.py's next_token_features: the causal LM's; masked_features: the MLM head's slots
+    before the decoder). FSDP: embeddings and heads are gathered over fsdp up front, each
     block's weights only when that block runs; every gradient is asked for in its stored
     (fsdp) sharding (sharding.gather_for_compute), not summed whole on every device. For the
     token embedding's lookup that lets GSPMD move the hidden states' gradient to the devices
@@ -59,8 +60,7 @@ class MeshSetup:
     params = jax.tree_util.tree_map_with_path(gather_outside_blocks, params,
                                               self.compute_shardings, stored)
     model = nnx.merge(self.graphdef, params)
-    call = model.next_token_features if causal else model
-    return call(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
+    return getattr(model, outputs)(batch, dropout_key=dropout_key, constrain_layer=lambda name, p: (
         sharding.gather_for_compute(p, self.layer_shardings[name],
                                     self.stored_layer_shardings[name])))
 

@@ -1,18 +1,25 @@
 """The diffusion objective (objective.kind='diffusion', or a phase's): the variational bound
 computed by hand, the loss the settings choose, one prediction slot per position, the rules
-it refuses, the preset, a loss that falls, the bound from python -m mlmjax.evaluate, and
-MLM-then-diffusion resuming exactly across the switch."""
+it refuses, the preset, a loss that falls, the bound from python -m mlmjax.evaluate,
+MLM-then-diffusion resuming exactly across the switch, and logits decoded in chunks training
+as whole ones."""
 
 import logging
 import math
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from conftest import assert_resumed, assert_same_arrays, saved_state
+from conftest import assert_resumed, assert_same_arrays, saved_state, train_iter
 from configs import diffusion as diffusion_preset
 from mlmjax import evaluate
+from mlmjax.data import masking
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.errors import ConfigError
+from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import losses
 from mlmjax.training import metrics
@@ -36,7 +43,7 @@ def _batch():
 
 def _objective(loss):
   return ObjectiveSettings(kind="diffusion", generator_fraction=0.25, discriminator_weight=50.0,
-                           span_boundary_weight=0.0, diffusion_loss=loss)
+                           span_boundary_weight=0.0, diffusion_loss=loss, logits_chunk=0)
 
 
 def test_the_bound_is_each_targets_cross_entropy_over_its_rate_per_maskable_token():
@@ -114,3 +121,37 @@ def test_mlm_then_diffusion_resumes_bit_identically_across_and_inside_the_switch
       train.train_and_evaluate(micro_config, split, stop_after=stop_after)
     assert_resumed(split, resumed_from, caplog.text)
   assert_same_arrays(saved_state(straight), saved_state(split))
+
+
+@pytest.mark.parametrize("kind,data_format", [("diffusion", "full_sentences"),
+                                              ("mlm", "segment_pair")])
+def test_logits_decoded_in_chunks_train_as_logits_made_whole(micro_config, corpus,
+                                                             vocab_stats_for_tests, kind,
+                                                             data_format):
+  """objective.logits_chunk: one train step from the same state on the same batch gives the
+  same metrics and the same parameters as the whole logits (diffusion; MLM with NSP, and the
+  per-token sums of adaptive masking), 32 slots in chunks of 12 (the last one padded)."""
+  micro_config.objective.kind = kind
+  micro_config.data.format = data_format
+  micro_config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+  settings = RunSettings.from_config(micro_config)
+  slots = phases.plan(settings).whole_run.max_predictions
+  masker = masking.Masker(settings.masking.replace(max_predictions_per_seq=slots),
+                          vocab_stats_for_tests,
+                          diffusion=settings.masking.diffusion() if kind == "diffusion" else None)
+  tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
+  batch = next(iter(train_iter(micro_config, tok, corpus[0], masker)))
+  mesh = sharding.make_mesh(micro_config.mesh)
+  results = []
+  for chunk in (0, 12):
+    parts = assembly.Assembly.of(settings.replace(objective={"logits_chunk": chunk}))
+    setup = parts.setup(len(tok), mesh)
+    step = parts.train_step(setup, per_token_loss=True)
+    state, out = step(setup.init_fn(), sharding.to_device(batch, mesh))
+    results.append(jax.tree.map(np.asarray, (state["params"], out)))
+  (params_whole, whole), (params_chunked, chunked) = results
+  assert set(whole) == set(chunked)
+  assert ("diffusion_bound_sum" in whole) == (kind == "diffusion")
+  assert ("nsp_loss_sum" in whole) == (kind == "mlm")
+  assert_same_arrays(whole, chunked, rtol=2e-5, atol=1e-5)
+  assert_same_arrays(params_whole, params_chunked, rtol=1e-4, atol=1e-6)
