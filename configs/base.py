@@ -179,8 +179,8 @@ def get_config() -> ml_collections.ConfigDict:
   # masked slots with samples and the model (a discriminator) learns, on every token, which
   # ones were replaced (mlmjax/models/electra.py); 'clm': next-token prediction with causal
   # attention on the same encoder and head (mlmjax/training/causal_lm.py); 'diffusion': masked
-  # diffusion (MDLM, LLaDA), MLM at a mask rate drawn per document from 0 to 1 (masking.
-  # diffusion_rates), which makes the encoder a text generator (python -m mlmjax.generate). A
+  # diffusion (MDLM, LLaDA), MLM at a mask rate drawn per document from 0 to 1
+  # (masking.diffusion_rates), which makes the encoder a text generator (docs/diffusion.md). A
   # train.phases entry may switch between 'clm', 'mlm' and 'diffusion' (causal LM first, then
   # MLM; MLM, then diffusion). Held-out metrics are MLM's at eval.mask_rate whatever the
   # objective.

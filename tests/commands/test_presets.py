@@ -14,7 +14,8 @@ from mlmjax import errors
 from mlmjax import presets
 
 # Every preset with each of its variants (none: get_config takes no argument).
-ALL = [("base", None), ("tiny", None), ("biphasic", "base"), ("electra", "small"),
+ALL = [("base", None), ("tiny", None), ("biphasic", "base"), ("diffusion", "base"),
+       ("electra", "small"),
        ("modernbert", "base"), ("roberta", "large"), *[(n, s) for n in
                                                        ("bert", "spanbert", "wwm", "mosaicbert")
                                                        for s in bert.SIZES]]
