@@ -126,8 +126,7 @@ class Masker:
     """-> selected [R, T], input ids with [MASK] at them, each token its own unit, and each
     token's document rate [R, T]."""
     ids = np.asarray(batch["input_ids"])
-    seg = batch.get("segment_ids")
-    seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
+    seg = _segments(batch, ids)
     draws = uniforms.Draws(seed, step, example_ids)
     rates = self.diffusion.of_documents(draws, seg)
     selected = diffusion_lib.select(ids, seg, draws, rates)
@@ -140,8 +139,7 @@ class Masker:
     if strategy == "static":
       return self._static(batch, seed)
     ids = np.asarray(batch["input_ids"])
-    seg = batch.get("segment_ids")
-    seg = (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
+    seg = _segments(batch, ids)
     rate = self.settings.mask_rate if self.mask_rates is None else self.mask_rates.at(step)
     rows = strategies.Rows.make(ids, seg, uniforms.Draws(seed, step, example_ids), rate,
                                 self.settings.max_predictions_per_seq,
@@ -240,6 +238,12 @@ class Masker:
           " max_predictions_per_seq to about mask_rate * data.seq_len",
           100.0 * self._rows_truncated / self._rows_seen, self.settings.max_predictions_per_seq,
           self.settings.mask_rate)
+
+
+def _segments(batch, ids) -> np.ndarray:
+  """The rows' segment ids; without them every non-[PAD] token is one segment."""
+  seg = batch.get("segment_ids")
+  return (ids != special_ids.PAD_ID).astype(np.int32) if seg is None else np.asarray(seg)
 
 
 def _is_row_array(v, ids) -> bool:
