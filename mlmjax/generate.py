@@ -17,15 +17,11 @@ from mlmjax.parallel import plugins  # first, before anything imports jax: cli.p
 plugins.hide()
 # pylint: disable=wrong-import-position,wrong-import-order
 
-import itertools
 import time
 
 from absl import flags
-import numpy as np
 
 from mlmjax import cli
-from mlmjax import errors
-from mlmjax.models import special_ids
 from mlmjax.models import unmasking
 from mlmjax.training import finished_run
 from mlmjax.training import metrics
@@ -48,47 +44,21 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0: the most likely tokens
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the sampling: the same seed, the same text.")
 
 
-def rows(run: finished_run.FinishedRun, texts: list[str], length: int,
-         num_samples: int) -> np.ndarray:
-  """[B, L] ids to unmask: each text (or each sample from nothing) [PAD]ded to the longest."""
-  encoded = []
-  for text in texts or [""] * num_samples:
-    ids = run.encode_masked(text)
-    if special_ids.MASK_ID not in ids:  # a prompt (or nothing): continued by `length` tokens
-      ids = ids[:-1] + [special_ids.MASK_ID] * length + ids[-1:]
-    encoded.append(ids)
-  longest, limit = max(map(len, encoded)), run.settings.model.max_position_embeddings
-  if longest > limit:
-    raise errors.UserError(f"a text with what it generates is {longest} tokens; this model"
-                           f" takes at most {limit}: shorten it or lower --length")
-  out = np.full((len(encoded), longest), special_ids.PAD_ID, np.int32)
-  for i, ids in enumerate(encoded):
-    out[i, :len(ids)] = ids
-  return out
-
-
-def shown(run: finished_run.FinishedRun, ids: np.ndarray, filled_at: np.ndarray) -> str:
-  """A generated row as text, each run of generated tokens in [brackets]."""
-  keep = ids >= special_ids.NUM_SPECIAL
-  groups = itertools.groupby(zip(ids[keep], filled_at[keep] >= 0), key=lambda t: t[1])
-  return " ".join(("[{}]" if generated else "{}").format(
-      run.tokenizer.decode([int(token) for token, _ in group])) for generated, group in groups)
-
-
 def main(argv):
   texts = argv[1:]
   sampling = unmasking.Sampling(_STEPS.value, _BLOCK_LENGTH.value, _REMASKING.value,
                                 _TEMPERATURE.value, _SEED.value)
   metrics.quiet_library_logs()
   run = finished_run.load(_WORKDIR.value, _STEP.value)
-  ids = rows(run, texts, _LENGTH.value, _NUM_SAMPLES.value)
+  ids = unmasking.rows([run.encode_masked(t) for t in texts or [""] * _NUM_SAMPLES.value],
+                       _LENGTH.value, run.settings.model.max_position_embeddings)
   print(f"checkpoint step {run.step} of {_WORKDIR.value} ({run.settings.objective.kind})")
   run.mlm_logits(ids)  # compiled once, outside the timing
   start = time.perf_counter()
   out, filled_at = unmasking.generate(run.mlm_logits, ids, sampling)
   seconds = time.perf_counter() - start
   for row, at in zip(out, filled_at):
-    print(shown(run, row, at))
+    print(unmasking.shown(run.tokenizer.decode, row, at))
   made = int((filled_at >= 0).sum())
   print(f"{made} tokens in {int(filled_at.max()) + 1} steps, {seconds:.2f} s:"
         f" {made / seconds:,.0f} tokens/s")

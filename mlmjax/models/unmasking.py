@@ -21,6 +21,7 @@ never generated. The model is a function `logits_fn(ids [B, L]) -> logits [B, L,
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Callable
 
 import numpy as np
@@ -51,6 +52,31 @@ class Sampling:
     if not self.temperature >= 0:
       raise UserError(f"--temperature={self.temperature} must be >= 0 (0: the most likely"
                       " token)")
+
+
+def rows(encoded: list[list[int]], length: int, limit: int) -> np.ndarray:
+  """[B, L] ids to unmask from texts encoded as [CLS] ... [SEP] (a [MASK] where a token is to
+  be filled): a text without [MASK] (a prompt, or nothing) gets `length` of them before its
+  [SEP]; each row [PAD]ded to the longest, which must hold at most `limit` tokens."""
+  encoded = [ids if special_ids.MASK_ID in ids else
+             ids[:-1] + [special_ids.MASK_ID] * length + ids[-1:] for ids in encoded]
+  longest = max(map(len, encoded))
+  if longest > limit:
+    raise UserError(f"a text with what it generates is {longest} tokens; this model takes at"
+                    f" most {limit}: shorten it or lower --length")
+  out = np.full((len(encoded), longest), special_ids.PAD_ID, np.int32)
+  for i, ids in enumerate(encoded):
+    out[i, :len(ids)] = ids
+  return out
+
+
+def shown(decode: Callable[[list[int]], str], ids: np.ndarray, filled_at: np.ndarray) -> str:
+  """A generated row as text (`decode`: the tokenizer's), each run of generated tokens in
+  [brackets]."""
+  keep = ids >= special_ids.NUM_SPECIAL
+  groups = itertools.groupby(zip(ids[keep], filled_at[keep] >= 0), key=lambda t: t[1])
+  return " ".join(("[{}]" if generated else "{}").format(
+      decode([int(token) for token, _ in group])) for generated, group in groups)
 
 
 def even_shares(total: np.ndarray, parts: int) -> np.ndarray:

@@ -3,11 +3,13 @@
 checked against the model's own probabilities, blocks filled left to right in even shares, and
 the same text from the same seed."""
 
+import re
+
 import numpy as np
 import pytest
 
-from conftest import micro
-from mlmjax import generate
+import command_lines
+from conftest import micro, user_env
 from mlmjax.errors import UserError
 from mlmjax.models import special_ids
 from mlmjax.models import unmasking
@@ -18,15 +20,26 @@ MASK = special_ids.MASK_ID
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, tokenizer_path):
+def workdir(tmp_path_factory, tokenizer_path):
   """A tiny diffusion run of 30 steps: enough for predictions that differ by position."""
   config = micro(tokenizer_path)
   config.objective.kind = "diffusion"
   config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
   config.train.update(steps=30, eval_every_steps=30, checkpoint_every_steps=30)
-  workdir = str(tmp_path_factory.mktemp("generate") / "run")
-  train.train_and_evaluate(config, workdir)
+  path = str(tmp_path_factory.mktemp("generate") / "run")
+  train.train_and_evaluate(config, path)
+  return path
+
+
+@pytest.fixture(scope="module")
+def run(workdir):
   return finished_run.load(workdir)
+
+
+def _rows(run, texts, length, num_samples):
+  """What the command unmasks for these texts (or num_samples from nothing)."""
+  return unmasking.rows([run.encode_masked(t) for t in texts or [""] * num_samples], length,
+                        run.settings.model.max_position_embeddings)
 
 
 def test_the_shares_of_a_block_are_as_even_as_can_be():
@@ -36,7 +49,7 @@ def test_the_shares_of_a_block_are_as_even_as_can_be():
 
 
 def test_from_nothing_from_a_prompt_and_infilling_keep_what_is_given(run):
-  ids = generate.rows(run, ["", "In the beginning God", "And God [MASK] [MASK] the light"], 6, 1)
+  ids = _rows(run, ["", "In the beginning God", "And God [MASK] [MASK] the light"], 6, 1)
   out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=6))
   assert not (out == MASK).any()
   given = ids != MASK
@@ -44,13 +57,13 @@ def test_from_nothing_from_a_prompt_and_infilling_keep_what_is_given(run):
   assert np.array_equal(filled_at >= 0, ~given)
   assert (out[~given] >= special_ids.NUM_SPECIAL).all()  # no special token generated
   assert [int(n) for n in (~given).sum(axis=1)] == [6, 6, 2]
-  assert generate.shown(run, out[2], filled_at[2]).startswith("And God [")
+  assert unmasking.shown(run.tokenizer.decode, out[2], filled_at[2]).startswith("And God [")
 
 
 def test_each_step_keeps_the_predictions_the_model_is_surest_of(run):
   """LLaDA's low-confidence remasking, by hand: at the first step, the kept positions are the
   ones whose most likely token has the highest probability."""
-  ids = generate.rows(run, ["In the beginning God"], 12, 1)
+  ids = _rows(run, ["In the beginning God"], 12, 1)
   out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=4))
   logits = run.mlm_logits(ids)[0].astype(np.float64)
   logits[:, :special_ids.NUM_SPECIAL] = -np.inf
@@ -64,7 +77,7 @@ def test_each_step_keeps_the_predictions_the_model_is_surest_of(run):
 
 @pytest.mark.parametrize("remasking", unmasking.REMASKING)
 def test_blocks_are_filled_left_to_right(run, remasking):
-  ids = generate.rows(run, [], 10, 2)
+  ids = _rows(run, [], 10, 2)
   sampling = unmasking.Sampling(steps=6, block_length=4, remasking=remasking)
   _, filled_at = unmasking.generate(run.mlm_logits, ids, sampling)
   masked = np.nonzero(ids[0] == MASK)[0]
@@ -75,7 +88,7 @@ def test_blocks_are_filled_left_to_right(run, remasking):
 
 
 def test_a_seed_gives_the_same_text_and_another_seed_other_text(run):
-  ids = generate.rows(run, [], 16, 3)
+  ids = _rows(run, [], 16, 3)
 
   def sample(seed):
     return unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(
@@ -86,12 +99,25 @@ def test_a_seed_gives_the_same_text_and_another_seed_other_text(run):
 
 def test_bad_sampling_and_too_long_texts_are_one_line(run):
   with pytest.raises(UserError) as e:
-    unmasking.generate(run.mlm_logits, generate.rows(run, [], 8, 1),
+    unmasking.generate(run.mlm_logits, _rows(run, [], 8, 1),
                        unmasking.Sampling(steps=1, block_length=4))
   assert str(e.value) == ("--steps=1 is fewer than the 2 blocks of --block_length=4: each block"
                           " needs a step")
   with pytest.raises(UserError) as e:
-    generate.rows(run, ["In the beginning God"], 40, 1)
+    _rows(run, ["In the beginning God"], 40, 1)
   length = len(run.encode_masked("In the beginning God")) + 40
   assert str(e.value) == (f"a text with what it generates is {length} tokens; this model takes"
                           " at most 32: shorten it or lower --length")
+
+
+def test_the_command_prints_each_text_and_its_speed_and_repeats_with_a_seed(workdir):
+  line = ["mlmjax.generate", f"--workdir={workdir}", "--length=5", "--steps=5",
+          "--temperature=1.0", "--seed=3", "In the beginning God", "And God [MASK] the light"]
+  first, again = command_lines.run([line, line], env=user_env())
+  assert first.returncode == 0, first.stderr[-2000:]
+  lines = first.stdout.splitlines()
+  assert lines[0] == f"checkpoint step 30 of {workdir} (diffusion)"
+  assert lines[1].startswith("In the beginning God [") and lines[1].endswith("]")
+  assert lines[2].startswith("And God [") and lines[2].endswith("] the light")
+  assert re.fullmatch(r"6 tokens in 5 steps, [0-9.]+ s: [0-9,]+ tokens/s", lines[3]), lines[3]
+  assert again.stdout.splitlines()[:3] == lines[:3]

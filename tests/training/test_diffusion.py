@@ -4,6 +4,7 @@ it refuses, the preset, a loss that falls, the bound from python -m mlmjax.evalu
 MLM-then-diffusion resuming exactly across the switch, and logits decoded in chunks training
 as whole ones."""
 
+import json
 import logging
 import math
 
@@ -12,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_resumed, assert_same_arrays, saved_state, train_iter
+import command_lines
+from conftest import assert_resumed, assert_same_arrays, saved_state, train_iter, user_env
 from configs import diffusion as diffusion_preset
-from mlmjax import evaluate
 from mlmjax.data import masking
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.errors import ConfigError
@@ -94,8 +95,10 @@ def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
   assert rows[-1]["diffusion_bound"] < rows[0]["diffusion_bound"] - 0.3
   assert rows[-1]["loss"] < rows[0]["loss"]
   # python -m mlmjax.evaluate: 4 draws of the bound by default for a diffusion run, their mean.
-  scored = evaluate.evaluate(str(tmp_path / "run"), mask_rate=0.85)
-  one = evaluate.evaluate(str(tmp_path / "run"), bound_samples=1)
+  outs = command_lines.run([["mlmjax.evaluate", f"--workdir={tmp_path / 'run'}", *flags]
+                            for flags in (["--mask_rate=0.85"], ["--bound_samples=1"])],
+                           env=user_env())
+  scored, one = (json.loads(out.stdout) for out in outs)
   assert scored["bound_samples"] == 4 and scored["mask_rate"] == 0.85
   assert scored["bits_per_token"] == pytest.approx(scored["diffusion_bound"] / math.log(2))
   assert scored["diffusion_bound"] != one["diffusion_bound"]  # the other draws count
