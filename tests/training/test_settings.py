@@ -59,7 +59,7 @@ def test_the_saved_config_is_the_config_the_settings_came_from():
     ("masking.mask_rate_schedule", "sine", "masking.mask_rate_schedule='sine' is not one of"
      " constant, linear, cosine"),
     ("model.num_layers", 0, "model.num_layers=0 must be >= 1"),
-    ("objective.kind", "gpt", "objective.kind='gpt' is not one of mlm, electra, clm"),
+    ("objective.kind", "gpt", "objective.kind='gpt' is not one of mlm, electra, clm, diffusion"),
     ("objective.span_boundary_weight", -1.0, "objective.span_boundary_weight must be >= 0"),
     ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb, muon"),
     ("train.grad_accum_steps", 0, "train.grad_accum_steps=0 must be >= 1"),
