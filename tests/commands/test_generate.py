@@ -16,6 +16,8 @@ from mlmjax.models import unmasking
 from mlmjax.training import finished_run
 from mlmjax.training import train
 
+pytestmark = pytest.mark.slow  # every test but one uses a model trained for 30 steps
+
 MASK = special_ids.MASK_ID
 
 
