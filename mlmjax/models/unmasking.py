@@ -127,15 +127,17 @@ def generate(logits_fn: Callable[[np.ndarray], np.ndarray], ids: np.ndarray,
 def _predict(logits: np.ndarray, sampling: Sampling,
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
   """The token predicted at every position [B, L] and how much to trust it [B, L]."""
-  logits = np.asarray(logits, np.float64)
+  logits = np.array(logits, np.float32)
   logits[..., :special_ids.NUM_SPECIAL] = -np.inf  # never [PAD], [CLS], [SEP], [MASK], [UNK]
   if sampling.temperature > 0:
+    # Gumbel-max in float64: LLaDA reports that lower precision degrades sampled text.
     gumbel = -np.log(-np.log(rng.uniform(np.finfo(np.float64).tiny, 1.0, logits.shape)))
     prediction = np.argmax(logits / sampling.temperature + gumbel, axis=-1)
   else:
     prediction = np.argmax(logits, axis=-1)
   if sampling.remasking == "random":
     return prediction, rng.uniform(size=prediction.shape)
-  log_z = np.logaddexp.reduce(logits, axis=-1)
+  top = logits.max(axis=-1, keepdims=True)
   chosen = np.take_along_axis(logits, prediction[..., None], axis=-1)[..., 0]
-  return prediction, np.exp(chosen - log_z)  # the model's probability of its prediction
+  # The model's probability of its prediction: softmax, shifted by the largest logit.
+  return prediction, np.exp(chosen - top[..., 0]) / np.exp(logits - top).sum(axis=-1)

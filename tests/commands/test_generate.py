@@ -62,19 +62,22 @@ def test_from_nothing_from_a_prompt_and_infilling_keep_what_is_given(run):
   assert unmasking.shown(run.tokenizer.decode, out[2], filled_at[2]).startswith("And God [")
 
 
-def test_each_step_keeps_the_predictions_the_model_is_surest_of(run):
-  """LLaDA's low-confidence remasking, by hand: at the first step, the kept positions are the
-  ones whose most likely token has the highest probability."""
-  ids = _rows(run, ["In the beginning God"], 12, 1)
-  out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=4))
-  logits = run.mlm_logits(ids)[0].astype(np.float64)
-  logits[:, :special_ids.NUM_SPECIAL] = -np.inf
-  probs = np.exp(logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True))
-  masked = np.nonzero(ids[0] == MASK)[0]
-  surest = masked[np.argsort(-probs[masked].max(axis=-1))[:3]]  # 12 in 4 steps: 3 a step
-  assert sorted(np.nonzero(filled_at[0] == 0)[0]) == sorted(surest)
-  np.testing.assert_array_equal(out[0, surest], probs[surest].argmax(axis=-1))
-  assert np.bincount(filled_at[0][filled_at[0] >= 0]).tolist() == [3, 3, 3, 3]
+def test_each_step_keeps_the_predictions_the_model_is_surest_of():
+  """LLaDA's low-confidence remasking, by hand: 6 masked positions whose most likely token
+  (id 10 + position) has the probability the logit margin gives it; 6 in 3 steps keeps the 2
+  surest first, then the next 2, whichever order they sit in."""
+  ids = np.array([[special_ids.CLS_ID] + [MASK] * 6 + [special_ids.SEP_ID]])
+  margin = {1: 0.5, 2: 3.0, 3: 1.0, 4: 4.0, 5: 2.0, 6: 0.25}  # by position
+
+  def logits_fn(x):
+    logits = np.zeros((1, 8, 32), np.float32)
+    for j, m in margin.items():
+      logits[0, j, 10 + j] = m  # the others 0: probability e^m / (e^m + 26)
+    return logits
+
+  out, filled_at = unmasking.generate(logits_fn, ids, unmasking.Sampling(steps=3))
+  assert filled_at[0].tolist() == [-1, 2, 0, 1, 0, 1, 2, -1]
+  assert out[0, 1:7].tolist() == [11, 12, 13, 14, 15, 16]
 
 
 @pytest.mark.parametrize("remasking", unmasking.REMASKING)
