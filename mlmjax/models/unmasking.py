@@ -112,11 +112,8 @@ def generate(logits_fn: Callable[[np.ndarray], np.ndarray], ids: np.ndarray,
       prediction, confidence = _predict(logits_fn(ids), sampling, rng)
       open_ = in_block & (ids == special_ids.MASK_ID)
       confidence = np.where(open_, confidence, -np.inf)
-      # The shares[:, s] most confident open positions of each row.
-      order = np.argsort(-confidence, axis=1, kind="stable")
-      place = np.empty_like(order)
-      np.put_along_axis(place, order, np.arange(ids.shape[1])[None, :].repeat(len(ids), 0),
-                        axis=1)
+      # The shares[:, s] most confident open positions of each row (place 0: the surest).
+      place = np.argsort(np.argsort(-confidence, axis=1, kind="stable"), axis=1)
       keep = open_ & (place < shares[:, s:s + 1])
       ids = np.where(keep, prediction, ids)
       filled_at[keep] = step
