@@ -110,8 +110,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.replacement = "uniform"
   # The diffusion objective (objective.kind or a phase's 'diffusion') masks each document at a
   # rate t of its own in [diffusion_min_rate, 1], each token alone and always by [MASK], in
-  # place of the keys above: 'low_discrepancy' (MDLM: a batch's rates spread evenly over the
-  # range) or 'uniform' (independent draws) (mlmjax/data/masking/diffusion.py).
+  # place of the keys above: 'low_discrepancy' (a batch's rates spread evenly over the range, as
+  # MDLM samples them) or 'uniform' (independent draws) (mlmjax/data/masking/diffusion.py).
   config.masking.diffusion_rates = "low_discrepancy"
   config.masking.diffusion_min_rate = 1e-3
   # span: span length in words ~ Geometric(span_p) truncated to 1..span_max_words (SpanBERT).

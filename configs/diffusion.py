@@ -7,10 +7,11 @@ Sizes: tiny (configs/tiny.py's model and steps, a few minutes on a CPU); base (B
 12 layers of 768, the size of MDLM's small model, on 512-token rows).
 
 What the objective fixes (configs/base.py's objective.kind and masking.diffusion_* keys): the
-rates t in [1e-3, 1] drawn by MDLM's low-discrepancy sampler, each token masked alone, one
-prediction slot per position, the loss each target's cross-entropy over t. The model is a plain
-encoder: python -m mlmjax.export makes a Hugging Face model of it as of any MLM run. Neither
-paper trains with dropout; both use pre-LayerNorm transformers with rotary positions.
+rates t in [1e-3, 1] spread evenly over each batch (low-discrepancy, as MDLM samples them), each
+token masked alone, one prediction slot per position, the loss each target's cross-entropy over
+t. The model is a plain encoder: python -m mlmjax.export makes a Hugging Face model of it as of
+any MLM run. base uses pre-LayerNorm and rotary positions, as LLaDA's LLaMA-style transformer
+does, without dropout.
 """
 
 from configs import base

@@ -8,11 +8,13 @@ cross-entropy by its t for the variational bound (training/losses.py), so the ma
 with every prediction slot.
 
   uniform          t = min_rate + (1 - min_rate) u, u uniform and independent per document.
-  low_discrepancy  MDLM's sampler: a batch's rates spread evenly over the range, so every
-                   batch covers low and high rates alike. Rows take the Weyl sequence
-                   v = frac(u0 + example id / golden ratio) from one uniform u0 of the step
-                   (consecutive examples are evenly spread, whichever host holds them), and the
-                   n documents of a row frac(v + k / n), k = 0 .. n-1.
+  low_discrepancy  a batch's rates spread evenly over the range, so every batch covers low
+                   and high rates alike (MDLM's low-discrepancy sampler stratifies [0, 1) into
+                   one interval per row of the batch). Here rows take the Weyl sequence
+                   v = frac(u0 + example id / golden ratio) from one uniform u0 of the step,
+                   which spreads consecutive examples as evenly without knowing the batch size
+                   or which host holds them, and the n documents of a row frac(v + k / n),
+                   k = 0 .. n-1.
 
 Every draw is a hash of (seed, step, example id, column) (uniforms.py), so resumed runs mask
 exactly as uninterrupted ones.
