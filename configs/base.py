@@ -320,6 +320,12 @@ def get_config() -> ml_collections.ConfigDict:
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.
   config.train.nonfinite_policy = "skip"
   config.train.max_consecutive_skips = 20
+  # The generator of dropout's random bits (jax's PRNG implementations): 'threefry2x32' (jax's
+  # default: the same bits on every backend and sharding), 'rbg' or 'unsafe_rbg' (XLA's
+  # random-bit generator, without threefry's arithmetic; its bits depend on the backend and
+  # may change with the sharding, so a run resumes bit-identically only on the same machine
+  # shape). Each is a pure function of (seed, step). Compiled costs: docs/performance.md.
+  config.train.dropout_rng = "threefry2x32"
   # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
   # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
   # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it

@@ -110,3 +110,23 @@ def windowed_einsum_loops(text: str) -> dict[str, int]:
     key = str(limits.get(condition, "unknown"))
     out[key] = out.get(key, 0) + 1
   return out
+
+
+def kernels(text: str) -> dict[str, int]:
+  """The program's kernels, each a pass over its inputs and outputs: {"count", "bytes"}, the
+  fusions and custom calls (cuBLAS/cuDNN/Triton/Mosaic) outside fused computations, with the
+  bytes of their operands and results added up. A loop's body (a scanned stack) counts once.
+  An upper bound on the memory traffic (a kernel reading an operand twice, or a cache hit, is
+  not seen), and the measure of fusing work: a fusion that saves a pass saves its bytes."""
+  rows = list(_instructions(text))
+  fused = {c.group(1) for *_, op, line in rows if op == "fusion"
+           for c in [re.search(r"calls=%?([\w.\-]+)", line)] if c}
+  size = {name: shape_bytes(shape) for _, name, shape, _, _ in rows}
+  out = {"count": 0, "bytes": 0}
+  for computation, name, _, op, line in rows:
+    if op not in ("fusion", "custom-call") or computation in fused:
+      continue
+    operands = re.findall(r"%([\w.\-]+)", line.split(f"{op}(", 1)[1].split(")", 1)[0])
+    out["count"] += 1
+    out["bytes"] += size[name] + sum(size.get(o, 0) for o in operands)
+  return out

@@ -206,6 +206,9 @@ def _report(compiled, compile_s: float, name: str, m_cfg: ModelSettings, grad_ac
       # Like with like: flops.py's count of what the compiler counted (one layer if scanned).
       "compiler_over_model_flops": (compiler_flops / seen_flops
                                     if compiler_flops and seen_flops else None),
+      # Passes over memory: fusing work shows here (the compiler's own count on TPU only).
+      "kernels": hlo.kernels(text),
+      "compiler_bytes_accessed_per_device": cost.get("bytes accessed"),
       "collectives": hlo.collectives(text),
       "windowed_einsum_loops": hlo.windowed_einsum_loops(text),
       "compile_s": round(compile_s, 2),

@@ -16,6 +16,7 @@ from mlmjax.training import profiling
 # The values of train.optimizer, train.schedule, ... (optimizer.py says what each does).
 OPTIMIZERS = ("adamw", "lamb", "muon")
 SCHEDULES = ("linear", "cosine", "wsd")
+DROPOUT_RNGS = ("threefry2x32", "rbg", "unsafe_rbg")  # jax's PRNG implementations
 SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 # What the optional 4th item of a train.phases entry may set (training/phases.py).
@@ -96,6 +97,7 @@ class TrainSettings(typed_settings.Section):
   update_clip_rms: float
   nonfinite_policy: str
   max_consecutive_skips: int
+  dropout_rng: str
   phases: tuple
   log_every_steps: int
   profile_steps: str
@@ -110,6 +112,7 @@ class TrainSettings(typed_settings.Section):
     typed_settings.one_of("train.schedule", self.schedule, SCHEDULES)
     typed_settings.one_of("train.decay_shape", self.decay_shape, DECAY_SHAPES)
     typed_settings.one_of("train.schedule_unit", self.schedule_unit, SCHEDULE_UNITS)
+    typed_settings.one_of("train.dropout_rng", self.dropout_rng, DROPOUT_RNGS)
     if not 0.0 <= self.muon_momentum < 1.0 or self.muon_rms <= 0:
       raise ConfigError("train.muon_momentum must be in [0, 1) and train.muon_rms > 0")
     if not 0.0 < self.decay_fraction <= 1.0 or self.update_clip_rms < 0:

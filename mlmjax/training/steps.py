@@ -102,7 +102,7 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
   `grad_norm`, `learning_rate` and `nonfinite` (1: the optimizer skipped a NaN/Inf update).
   """
   schedule = optimizer.learning_rate_schedule(train_config, step_tokens)
-  dropout_base = jax.random.PRNGKey(seed)
+  dropout_base = jax.random.key(seed, impl=train_config.dropout_rng)
   k = int(train_config.grad_accum_steps)
 
   def grads_and_sums(params, batch, key, counts):

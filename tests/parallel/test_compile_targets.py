@@ -131,6 +131,37 @@ def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
     assert abs(r["memory_bytes"]["total"] - want) <= 0.1 * want, (r["memory_bytes"], want)
 
 
+# A program cut down: a loop fusion whose body holds an add and a nested fusion (as TPU programs
+# have; neither a kernel of its own), a cuBLAS call, and a copy (no kernel).
+_KERNELS = """
+%fused_negate (param_0.1: f32[4,8]) -> f32[4,8] {
+  %param_0.1 = f32[4,8]{1,0} parameter(0)
+  ROOT %negate.1 = f32[4,8]{1,0} negate(%param_0.1)
+}
+
+%fused_add (param_0: f32[4,8], param_1: f32[4,8]) -> f32[4,8] {
+  %param_0 = f32[4,8]{1,0} parameter(0)
+  %param_1 = f32[4,8]{1,0} parameter(1)
+  %inner = f32[4,8]{1,0} fusion(%param_0), kind=kLoop, calls=%fused_negate
+  ROOT %add.1 = f32[4,8]{1,0} add(%inner, %param_1)
+}
+
+ENTRY %main (a: f32[4,8], b: bf16[8,16]) -> f32[4,8] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = bf16[8,16]{1,0} parameter(1)
+  %loop_add_fusion = f32[4,8]{1,0} fusion(%a, %a), kind=kLoop, calls=%fused_add
+  %gemm = (bf16[4,16]{1,0}, s8[256]{0}) custom-call(%loop_add_fusion, %b), custom_call_target="__cublas$gemm"
+  ROOT %copy = f32[4,8]{1,0} copy(%loop_add_fusion)
+}
+"""
+
+
+def test_kernels_are_the_fusions_and_calls_with_the_bytes_they_touch():
+  # fusion: 3 x 128 bytes (two reads, one write); the gemm: 128 + 256 read, 128 + 256 written
+  assert hlo.kernels(_KERNELS) == {"count": 2, "bytes": 3 * 128 + 128 + 256 + 128 + 256}
+  assert hlo.kernels("") == {"count": 0, "bytes": 0}
+
+
 @pytest.mark.slow
 def test_pallas_gpu_kernel_compiles_on_eight_h100():
   """The command, as a user runs it: this process started jax without the CUDA plugin (no GPU
@@ -150,6 +181,7 @@ def test_pallas_gpu_kernel_compiles_on_eight_h100():
   assert [r["step"] for r in reports] == ["train", "eval"]
   for r in reports:
     assert r["attention_kernels"] == ["pallas_gpu"], r
+    assert r["kernels"]["count"] > 10 and r["kernels"]["bytes"] > 0, r
     assert r["device"] == "NVIDIA H100 80GB HBM3" and r["devices"] == 8 and r["fits"]
 
 
