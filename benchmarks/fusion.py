@@ -26,6 +26,8 @@ BASE = ["--config=bert:base", "--config.train.phases=((1.0, 128, 20),)",
 # (name, config overrides, XLA_FLAGS, the targets it applies to).
 VARIANTS = (
     ("baseline", [], "", ("gpu", "tpu")),
+    # jax's derivative of LayerNorm, the default before model.layer_norm_backward='fused'
+    ("layer_norm_autodiff", ["--config.model.layer_norm_backward=autodiff"], "", ("gpu", "tpu")),
     ("rbg", ["--config.train.dropout_rng=rbg"], "", ("gpu", "tpu")),
     ("unsafe_rbg", ["--config.train.dropout_rng=unsafe_rbg"], "", ("gpu", "tpu")),
     # XLA's GPU options that MaxText's GPU recipes set, one at a time.

@@ -222,6 +222,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Std of the truncated-normal initializer (BERT: 0.02).
   config.model.initializer_range = 0.02
   config.model.layer_norm_eps = 1e-12
+  # LayerNorm's gradient: 'fused' (written out: one pass, the statistics and x kept, not
+  # float32 copies: fewer bytes and less memory, docs/performance.md) or 'autodiff' (jax's
+  # derivative of the same forward; equal within float rounding).
+  config.model.layer_norm_backward = "fused"
   # Position information: 'learned' absolute embeddings added to the input (BERT), or 'rope'
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (docs/experiments.md).

@@ -101,13 +101,13 @@ class SpanBoundaryHead(nnx.Module):
   y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the tied decoder."""
 
   def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs):
-    d, std, eps, bias = cfg.hidden_size, cfg.initializer_range, cfg.layer_norm_eps, cfg.use_bias
+    d, std, bias = cfg.hidden_size, cfg.initializer_range, cfg.use_bias
     self.offset_embedding = layers.param(rngs, (cfg.max_position_embeddings, d), (None, "embed"),
                                          "normal", std)
     self.dense1 = layers.Dense(rngs, (3 * d, d), ("embed", None), std, bias)
-    self.norm1 = layers.LayerNorm(d, eps, bias)
+    self.norm1 = layers.LayerNorm(d, cfg)
     self.dense2 = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
-    self.norm2 = layers.LayerNorm(d, eps, bias)
+    self.norm2 = layers.LayerNorm(d, cfg)
     self.bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
 
   def __call__(self, hidden_btd, batch, embedding_vd):
@@ -136,7 +136,7 @@ class Embeddings:
     # Zero-initialised for the same reason that type 0 adds nothing (see embed).
     self.type_embedding = layers.param(None, (cfg.type_vocab_size, width), (None, "embed"),
                                        "zeros")
-    self.embedding_norm = layers.LayerNorm(width, cfg.layer_norm_eps, cfg.use_bias)
+    self.embedding_norm = layers.LayerNorm(width, cfg)
     self.embedding_dropout = cfg.dropout_rate
 
   def embed(self, batch, key=None) -> jax.Array:
@@ -176,7 +176,7 @@ class LayerStack:
     self.num_layers = cfg.num_layers
     self.remat = cfg.remat
     # Pre-LN: the residual stream is normalised once more after the last block.
-    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg.layer_norm_eps, cfg.use_bias)
+    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg)
                        if cfg.norm_position == "pre" else None)
 
   def run_stack(self, x, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
@@ -244,7 +244,7 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
     self.init_embeddings(cfg, vocab_size, d, rngs)
     self.init_stack(cfg, rngs, "blocks", target)
     self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
-    self.mlm_norm = layers.LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.mlm_norm = layers.LayerNorm(d, cfg)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias
     if nsp_head:
       self.pooler = layers.Dense(rngs, (d, d), ("embed", None), std)

@@ -46,18 +46,56 @@ def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
 
 
 class LayerNorm(nnx.Module):
+  """LayerNorm with float32 statistics; model.layer_norm_backward picks its gradient: `fused`
+  (layer_norm below: one pass) or `autodiff` (jax's, of the same forward)."""
 
-  def __init__(self, dim: int, eps: float, bias: bool = True):
+  def __init__(self, dim: int, cfg: ModelSettings):
     self.scale = param(None, (dim,), ("embed",), "ones")
-    self.bias = param(None, (dim,), ("embed",), "zeros") if bias else None
-    self.eps = eps
+    self.bias = param(None, (dim,), ("embed",), "zeros") if cfg.use_bias else None
+    self.eps = cfg.layer_norm_eps
+    self.fused = cfg.layer_norm_backward == "fused"
 
   def __call__(self, x):
-    x32 = x.astype(jnp.float32)  # statistics in float32 even when activations are bf16
-    mean = x32.mean(-1, keepdims=True)
-    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + self.eps) * self.scale[...]
-    return (y if self.bias is None else y + self.bias[...]).astype(x.dtype)
+    bias = None if self.bias is None else self.bias[...]
+    if self.fused:
+      return layer_norm(x, self.scale[...], bias, self.eps)
+    return _layer_norm(x, self.scale[...], bias, self.eps)[0]
+
+
+def _layer_norm(x, scale, bias, eps):
+  """(y in x's dtype, what the backward needs: x, its mean and 1/std in float32)."""
+  x32 = x.astype(jnp.float32)  # statistics in float32 even when activations are bf16
+  mean = x32.mean(-1, keepdims=True)
+  rstd = jax.lax.rsqrt(jnp.square(x32 - mean).mean(-1, keepdims=True) + eps)
+  y = (x32 - mean) * rstd * scale
+  return (y if bias is None else y + bias).astype(x.dtype), (x, mean, rstd, scale, bias)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def layer_norm(x, scale, bias, eps):
+  """LayerNorm whose backward is written out: jax's own differentiates the statistics step by
+  step and keeps float32 copies of the activations for it; this keeps x (in its dtype) and two
+  numbers a row, and computes dx, dscale and dbias in one pass (fewer kernels and bytes, and
+  less memory: docs/performance.md)."""
+  return _layer_norm(x, scale, bias, eps)[0]
+
+
+def _layer_norm_backward(eps, saved, dy):
+  del eps
+  x, mean, rstd, scale, bias = saved
+  xhat = (x.astype(jnp.float32) - mean) * rstd
+  dy32 = dy.astype(jnp.float32)
+  dxhat = dy32 * scale
+  # d/dx of (x - mean) * rstd: the gradient less its mean and its projection on xhat.
+  dx = rstd * (dxhat - dxhat.mean(-1, keepdims=True)
+               - xhat * (dxhat * xhat).mean(-1, keepdims=True))
+  rows = tuple(range(dy.ndim - 1))
+  dbias = None if bias is None else dy32.sum(rows)
+  return dx.astype(x.dtype), (dy32 * xhat).sum(rows), dbias
+
+
+layer_norm.defvjp(lambda x, scale, bias, eps: _layer_norm(x, scale, bias, eps),
+                  _layer_norm_backward)
 
 
 class Dense(nnx.Module):
@@ -162,12 +200,12 @@ class Block(nnx.Module):
   def __init__(self, cfg: ModelSettings, rngs, target: compile_target.Target | None = None):
     d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
     self.attention = SelfAttention(cfg, rngs, target)
-    self.attention_norm = LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.attention_norm = LayerNorm(d, cfg)
     self.gated = cfg.mlp != "gelu"
     shape, axes = ((d, 2, f), ("embed", None, "mlp")) if self.gated else ((d, f), ("embed", "mlp"))
     self.mlp_in = Dense(rngs, shape, axes, std, cfg.use_bias)
     self.mlp_out = Dense(rngs, (f, d), ("mlp", "embed"), std, cfg.use_bias)
-    self.mlp_norm = LayerNorm(d, cfg.layer_norm_eps, cfg.use_bias)
+    self.mlp_norm = LayerNorm(d, cfg)
     self.activation = jax.nn.silu if cfg.mlp == "swiglu" else functools.partial(
         jax.nn.gelu, approximate=False)
     self.pre_ln = cfg.norm_position == "pre"

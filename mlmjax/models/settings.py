@@ -20,6 +20,7 @@ REMAT = ("none", "dots_saveable", "full")
 DTYPES = ("auto", "float32", "bfloat16")
 POSITIONS = ("learned", "rope")
 NORM_POSITIONS = ("post", "pre")
+LAYER_NORM_BACKWARDS = ("fused", "autodiff")
 MLPS = ("gelu", "geglu", "swiglu")
 
 
@@ -40,6 +41,7 @@ class ModelSettings(typed_settings.Section):
   attention_dropout_rate: float
   initializer_range: float
   layer_norm_eps: float
+  layer_norm_backward: str
   position_embedding_type: str
   norm_position: str
   mlp: str
@@ -71,6 +73,8 @@ class ModelSettings(typed_settings.Section):
     typed_settings.one_of("model.dtype", self.dtype, DTYPES)
     typed_settings.one_of("model.remat", self.remat, REMAT)
     typed_settings.one_of("model.norm_position", self.norm_position, NORM_POSITIONS)
+    typed_settings.one_of("model.layer_norm_backward", self.layer_norm_backward,
+                          LAYER_NORM_BACKWARDS)
     typed_settings.one_of("model.mlp", self.mlp, MLPS)
     if self.local_attention_window < 0 or self.global_attention_every < 1:
       raise ConfigError("model.local_attention_window must be >= 0 and"

@@ -226,3 +226,48 @@ def test_span_boundary_head_reads_only_the_boundaries_and_the_offset(micro_confi
     y = head.norm2(gelu(head.dense2(head.norm1(gelu(head.dense1(x))))))
     want = y @ model.token_embedding[...].T + head.bias[...]
     np.testing.assert_allclose(got[0, slot], np.asarray(want), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(jnp.float32, 1e-5), (jnp.bfloat16, 1e-2)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_fused_backward_equals_jax_derivative(micro_config, dtype, tolerance, bias):
+  """model.layer_norm_backward='fused' (written out) against 'autodiff' (jax's derivative of the
+  same forward): the outputs and every gradient, in float32 and bfloat16 activations."""
+  keys = jax.random.split(jax.random.key(0), 4)
+  x = (3.0 * jax.random.normal(keys[0], (4, 16, 64)) + 1.0).astype(dtype)
+  upstream = jax.random.normal(keys[1], (4, 16, 64))
+  grads = {}
+  for backward in ("fused", "autodiff"):
+    micro_config.model.update(layer_norm_backward=backward, use_bias=bias, hidden_size=64)
+    norm = layers.LayerNorm(64, ModelSettings.from_config(micro_config.model))
+    norm.scale[...] = 1.0 + 0.1 * jax.random.normal(keys[2], (64,))
+    if bias:
+      norm.bias[...] = 0.1 * jax.random.normal(keys[3], (64,))
+    graphdef, params = nnx.split(norm)
+
+    def loss(params, x):
+      y = nnx.merge(graphdef, params)(x)
+      assert y.dtype == dtype
+      return (y.astype(jnp.float32) * upstream).sum()
+    # the setting chooses: only the fused norm is a custom gradient
+    assert ("custom_vjp" in str(jax.make_jaxpr(loss)(params, x))) == (backward == "fused")
+    grads[backward] = (loss(params, x), *jax.grad(loss, (0, 1))(params, x))
+  for fused, autodiff in zip(*(jax.tree.leaves(g) for g in grads.values())):
+    np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(autodiff, np.float32),
+                               rtol=tolerance, atol=tolerance * np.abs(autodiff).max())
+
+
+def test_layer_norm_backwards_train_alike_scanned_and_rematerialised():
+  """Three steps of the small model, layers scanned and fully recomputed (the custom gradient
+  inside jax.checkpoint and lax.scan): the same losses and parameters with either backward."""
+  from synthetic_steps import small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
+  batches, states, losses = synthetic_batches(3), [], []
+  for backward in ("fused", "autodiff"):
+    config = small_config((1, 1, 1))
+    config.model.update(layer_norm_backward=backward, scan_layers=True, remat="full")
+    metrics, state = train(config, batches, devices=jax.devices()[:1])
+    losses.append([m["mlm_loss_sum"] for m in metrics])
+    states.append(state["params"])
+  np.testing.assert_allclose(*losses, rtol=1e-5)
+  for x, y in zip(*(jax.tree.leaves(s) for s in states)):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
