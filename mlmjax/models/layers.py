@@ -94,8 +94,7 @@ def _layer_norm_backward(eps, saved, dy):
   return dx.astype(x.dtype), (dy32 * xhat).sum(rows), dbias
 
 
-layer_norm.defvjp(lambda x, scale, bias, eps: _layer_norm(x, scale, bias, eps),
-                  _layer_norm_backward)
+layer_norm.defvjp(_layer_norm, _layer_norm_backward)
 
 
 class Dense(nnx.Module):
