@@ -28,9 +28,15 @@ if os.environ.get("MLMJAX_TEST_ON_GPU") != "1":
   os.environ["JAX_PLATFORMS"] = "cpu"
 # Many tests train the same tiny models again (resume, determinism, every strategy), in this
 # process and in subprocesses: jax's persistent cache compiles each program once per session.
-_CACHE = tempfile.mkdtemp(prefix="mlmjax_test_jax_cache_")
-atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
-os.environ.update(JAX_COMPILATION_CACHE_DIR=_CACHE, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+# One cache for the whole session: pytest's main process makes it before xdist starts its
+# workers, which inherit the variable (as do the commands the tests run as subprocesses), so a
+# program one worker compiled is read by the other. Only its maker removes it.
+if "MLMJAX_TEST_JAX_CACHE" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="mlmjax_test_jax_cache_")
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+  os.environ["MLMJAX_TEST_JAX_CACHE"] = _CACHE
+os.environ.update(JAX_COMPILATION_CACHE_DIR=os.environ["MLMJAX_TEST_JAX_CACHE"],
+                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # so `configs` imports like it does from the repo root
@@ -58,6 +64,51 @@ from mlmjax.data.text import tokenizer as tokenizer_lib  # pylint: disable=g-imp
 # The tests are the program here, with no command line of their own: absl's flags keep their
 # defaults (grain's worker processes read them; mlmjax's commands parse theirs).
 flags.FLAGS.mark_as_parsed()
+
+
+# Each test file's seconds in a whole run (setup, call and teardown of its tests): xdist hands
+# out whole files (pytest.ini: --dist loadfile) in collection order, so the longest go first and
+# the two processes end together instead of one running a long file alone at the end. Refresh
+# it after a change of the suite's costs: MLMJAX_RECORD_FILE_SECONDS=1 python -m pytest -q
+FILE_SECONDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_seconds.json")
+
+
+def pytest_collection_modifyitems(items):
+  """Files by their recorded seconds, longest first (new files last); tests keep their order
+  within a file."""
+  with open(FILE_SECONDS, encoding="utf-8") as f:
+    seconds = json.load(f)
+  first = {}
+  for i, item in enumerate(items):
+    first.setdefault(item.nodeid.split("::")[0], i)
+  items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
+                               first[item.nodeid.split("::")[0]]))
+
+
+def pytest_terminal_summary(terminalreporter):
+  """Each tier's test count and total time (setup, call and teardown summed over the tests,
+  in whichever process ran them), after pytest's slowest-tests list (pytest.ini's
+  --durations): where the suite's time goes, in every run. With MLMJAX_RECORD_FILE_SECONDS
+  set, each file's total is written to FILE_SECONDS."""
+  tiers, files = {}, {}
+  for reports in terminalreporter.stats.values():
+    for report in reports:
+      if getattr(report, "when", None) not in ("setup", "call", "teardown"):
+        continue
+      tier = "slow" if "slow" in report.keywords else "fast"
+      count, seconds = tiers.get(tier, (set(), 0.0))
+      count.add(report.nodeid)
+      tiers[tier] = (count, seconds + report.duration)
+      file = report.nodeid.split("::")[0]
+      files[file] = files.get(file, 0.0) + report.duration
+  for tier, (count, seconds) in sorted(tiers.items()):
+    terminalreporter.write_line(f"{tier} tier: {len(count)} tests, {seconds:.0f} s of test time")
+  if os.environ.get("MLMJAX_RECORD_FILE_SECONDS"):
+    with open(FILE_SECONDS, "w", encoding="utf-8") as f:
+      json.dump({k: round(v, 1) for k, v in sorted(files.items(), key=lambda kv: -kv[1])}, f,
+                indent=0)
+      f.write("\n")
+    terminalreporter.write_line(f"recorded each file's seconds in {FILE_SECONDS}")
 
 
 @pytest.fixture(scope="session")

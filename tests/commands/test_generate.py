@@ -1,7 +1,8 @@
 """Generation from a masked-diffusion run (models/unmasking.py, python -m mlmjax.generate): no
 [MASK] left, the prompt and the given text of an infill unchanged, LLaDA's low-confidence rule
-checked against the model's own probabilities, blocks filled left to right in even shares, and
-the same text from the same seed."""
+checked against the model's own probabilities, blocks filled left to right in even shares,
+tokens sampled at the temperature, and the same text from the same seed. The tests of a trained
+model (30 steps) are slow; those of made-up logits are not."""
 
 import re
 
@@ -15,8 +16,6 @@ from mlmjax.models import special_ids
 from mlmjax.models import unmasking
 from mlmjax.training import finished_run
 from mlmjax.training import train
-
-pytestmark = pytest.mark.slow  # every test but one uses a model trained for 30 steps
 
 MASK = special_ids.MASK_ID
 
@@ -50,6 +49,7 @@ def test_the_shares_of_a_block_are_as_even_as_can_be():
                                 [[1, 1, 0], [3, 3, 2]])
 
 
+@pytest.mark.slow  # a model trained for 30 steps
 def test_from_nothing_from_a_prompt_and_infilling_keep_what_is_given(run):
   ids = _rows(run, ["", "In the beginning God", "And God [MASK] [MASK] the light"], 6, 1)
   out, filled_at = unmasking.generate(run.mlm_logits, ids, unmasking.Sampling(steps=6))
@@ -80,6 +80,36 @@ def test_each_step_keeps_the_predictions_the_model_is_surest_of():
   assert out[0, 1:7].tolist() == [11, 12, 13, 14, 15, 16]
 
 
+@pytest.mark.parametrize("temperature", [0.5, 2.0])
+def test_tokens_are_sampled_from_the_softmax_at_the_temperature(temperature):
+  """Gumbel-max at temperature T draws token k with probability softmax(logits / T)_k. Logits
+  0, 1, 2 for three tokens (the special ones never) at 20,000 masked positions filled in one
+  step: at T = 0.5, softmax(0, 2, 4) = (0.016, 0.117, 0.867); at T = 2, softmax(0, 0.5, 1) =
+  (0.186, 0.307, 0.506); each share within 5 standard errors. Ignoring the temperature
+  draws softmax(0, 1, 2) = (0.090, 0.245, 0.665) at both, far outside."""
+  rows, length = 4, 5000
+  ids = np.full((rows, length + 2), MASK)
+  ids[:, 0], ids[:, -1] = special_ids.CLS_ID, special_ids.SEP_ID
+  tokens = special_ids.NUM_SPECIAL + np.arange(3)
+
+  def logits_fn(x):
+    logits = np.zeros(x.shape + (special_ids.NUM_SPECIAL + 3,), np.float32)
+    logits[..., tokens] = [0.0, 1.0, 2.0]
+    return logits
+
+  out, filled_at = unmasking.generate(logits_fn, ids, unmasking.Sampling(
+      steps=1, temperature=temperature, seed=0))
+  assert (filled_at[:, 1:-1] == 0).all()
+  share = np.array([(out[:, 1:-1] == t).mean() for t in tokens])
+  e = np.exp(np.array([0.0, 1.0, 2.0]) / temperature)
+  expected = e / e.sum()
+  np.testing.assert_allclose(expected, {0.5: [0.016, 0.117, 0.867],
+                                        2.0: [0.186, 0.307, 0.506]}[temperature], atol=1e-3)
+  n = rows * length
+  assert (np.abs(share - expected) < 5 * np.sqrt(expected * (1 - expected) / n)).all(), share
+
+
+@pytest.mark.slow  # a model trained for 30 steps
 @pytest.mark.parametrize("remasking", unmasking.REMASKING)
 def test_blocks_are_filled_left_to_right(run, remasking):
   ids = _rows(run, [], 10, 2)
@@ -92,6 +122,7 @@ def test_blocks_are_filled_left_to_right(run, remasking):
     assert block.min() == 2 * b and block.max() == 2 * b + 1
 
 
+@pytest.mark.slow  # a model trained for 30 steps
 def test_a_seed_gives_the_same_text_and_another_seed_other_text(run):
   ids = _rows(run, [], 16, 3)
 
@@ -102,6 +133,7 @@ def test_a_seed_gives_the_same_text_and_another_seed_other_text(run):
   assert not np.array_equal(sample(1), sample(2))
 
 
+@pytest.mark.slow  # a model trained for 30 steps
 def test_bad_sampling_and_too_long_texts_are_one_line(run):
   with pytest.raises(UserError) as e:
     unmasking.generate(run.mlm_logits, _rows(run, [], 8, 1),
@@ -115,6 +147,7 @@ def test_bad_sampling_and_too_long_texts_are_one_line(run):
                           " at most 32: shorten it or lower --length")
 
 
+@pytest.mark.slow  # a model trained for 30 steps
 def test_the_command_prints_each_text_and_its_speed_and_repeats_with_a_seed(workdir):
   line = ["mlmjax.generate", f"--workdir={workdir}", "--length=5", "--steps=5",
           "--temperature=1.0", "--seed=3", "In the beginning God", "And God [MASK] the light"]

@@ -109,6 +109,58 @@ def test_the_pmi_vocabulary_is_the_papers_computed_by_hand(tok, stats, planted):
   assert set(table.ngrams.tolist()) == {_hash_of(tok, stats, " ".join(g)) for g in expected}
 
 
+def _made_up_words(count, seed=1):
+  rng, used = np.random.default_rng(seed), set()
+  return [_word(rng, used) for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def at_min_count(tok, stats):
+  """Words a b c d e f g, made up. Documents "a b" and "c d e" 3 times each, "f g" twice, each a
+  run of its own; counted with a minimum count of 3, so "a b", "c d", "d e" and "c d e" (and the
+  pairs (a, b), (c, d), (d, e), (c, e)) are seen exactly the minimum, "f g" (and (f, g)) once
+  fewer. -> (the words, the table)."""
+  a, b, c, d, e, f, g = words = _made_up_words(7)
+  docs = [f"{a} {b}"] * 3 + [f"{c} {d} {e}"] * 3 + [f"{f} {g}"] * 2
+  return words, cooccurrence.compute(pipeline.tokenized(docs, tok), stats, len(docs), 8, 3,
+                                     SHARES)
+
+
+def test_an_ngram_seen_exactly_the_minimum_count_is_in_the_vocabulary(tok, stats,
+                                                                       at_min_count):
+  """`masking.pmi_min_count` is the least count an n-gram may have ("seen at least"): the
+  n-grams seen exactly that often are ranked (a vocabulary of 8 n-grams has room for them all),
+  one seen once fewer is not. Comparing with > instead of >= drops them all."""
+  (a, b, c, d, e, f, g), table = at_min_count
+  expected = [f"{a} {b}", f"{c} {d}", f"{d} {e}", f"{c} {d} {e}"]
+  assert set(table.ngrams.tolist()) == {_hash_of(tok, stats, t) for t in expected}
+  assert _hash_of(tok, stats, f"{f} {g}") not in set(table.ngrams.tolist())
+
+
+def test_pmi_n_is_over_every_segmentation_not_only_two_way_splits(tok, stats):
+  """PMI_n (Levine et al. 2021, eq. 2) subtracts the best of ALL segmentations of an n-gram
+  into contiguous parts, of 3 parts too. 400 words: "a b c" twice, a, b and c 38 times more
+  each alone; "x y z" 57 times (x, y, z nowhere else); a filler word alone 109 times.
+
+  "a b c": log p = log(2/400); its best segmentation is a|b|c, 3 log(40/400) = -6.908, above
+  a|bc and ab|c, log(40/400) + log(2/400) = -7.601 (its bigrams are rarer than chance), so
+  PMI_3 = log(2/400) + 6.908 = log 5 = 1.609. "x y z" is tight: its best is two parts,
+  2 log(57/400), so PMI_3 = log(400/57) = 1.948. With the vocabulary's one trigram, the paper
+  takes "x y z"; two-way splits only would give "a b c" log 10 = 2.303 and take it instead."""
+  a, b, c, x, y, z, filler = _made_up_words(7)
+  docs = ([f"{a} {b} {c}"] * 2 + [a] * 38 + [b] * 38 + [c] * 38 + [f"{x} {y} {z}"] * 57
+          + [filler] * 109)
+  log_p = lambda count: math.log(count / 400)
+  abc = log_p(2) - max(3 * log_p(40), log_p(40) + log_p(2))
+  abc_two_way = log_p(2) - (log_p(40) + log_p(2))
+  xyz = log_p(57) - max(3 * log_p(57), 2 * log_p(57))
+  assert abc == pytest.approx(math.log(5)) and abc_two_way == pytest.approx(math.log(10))
+  assert xyz == pytest.approx(math.log(400 / 57)) and abc < xyz < abc_two_way
+  table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, len(docs), 1, 2,
+                               (0.0, 1.0, 0.0, 0.0))
+  assert table.ngrams.tolist() == [_hash_of(tok, stats, f"{x} {y} {z}")]
+
+
 def _ids(tok, text):
   return np.asarray([[special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]],
                     np.int32)
@@ -150,6 +202,36 @@ def test_nested_ngrams_give_way_to_the_longer_and_overlapping_ones_to_chance(tok
   assert _unit_words(tok, stats, text, table, [1, 0, 0, 0]) == [["by", "the", "way"], ["out"]]
   assert _unit_words(tok, stats, text, table, [0, 1, 0, 0]) == [["by"], ["the", "way", "out"]]
   assert _unit_words(tok, stats, text, table) == [["by", "the", "way"], ["out"]]  # the earlier
+
+
+def test_of_two_overlapping_ngrams_each_wins_half_the_time(tok, stats):
+  """Through the masker: words a b c d (one token each) hold the vocabulary's "a b c" and
+  "b c d", which overlap; at each step of each example one of them is a unit, at random, the
+  other's remaining word a unit alone (the code: each occurrence draws a uniform priority at
+  its first piece and the higher wins), so "a b c" wins with probability 1/2.
+
+  A budget of 3 of the 4 tokens then masks the 3-word unit or the 1-word one, whichever comes
+  first in the units' random order: {a, b, c} or {d} when "a b c" won, {b, c, d} or {a} when
+  "b c d" did. Of the masks holding b (about 2,000 of 4,000: 1,000 examples, 2 seeds, 2 steps),
+  "a b c" won a share of 1/2 within 5 standard errors; a fixed rule (the earlier wins) gives 1."""
+  words = _one_piece_words(tok, 4)
+  ids = _ids(tok, " ".join(words))
+  table = _table(tok, stats, " ".join(words[:3]), " ".join(words[1:]))
+  rows = 1000
+  batch = {"input_ids": np.repeat(ids, rows, 0), "segment_ids": np.ones((rows, ids.shape[1]),
+                                                                          np.int32)}
+  m = _masker(stats, strategy="semantic", cooccurrence=table, mask_rate=0.75)
+  masks = []
+  for seed, step in itertools.product((0, 1), (0, 1)):
+    masks.append(_selected(m(batch, seed=seed, step=step, example_ids=np.arange(rows)),
+                           batch["input_ids"].shape)[:, 1:5])  # [CLS] first
+  masks = np.concatenate(masks)
+  allowed = {(1, 1, 1, 0), (0, 0, 0, 1), (0, 1, 1, 1), (1, 0, 0, 0)}
+  assert {tuple(map(int, mask)) for mask in masks} <= allowed
+  with_b = masks[masks[:, 1]]
+  share = with_b[:, 0].mean()  # a masked with b: "a b c" won
+  assert len(with_b) > 1500
+  assert abs(share - 0.5) < 5 * math.sqrt(0.25 / len(with_b)), share
 
 
 def test_semantic_masks_its_ngrams_whole_other_words_whole_and_replaces_by_unit(tok, stats,
@@ -242,6 +324,25 @@ def test_informative_relevance_and_sample_and_score_computed_by_hand(tok, stats)
   for w, p in enumerate(expected):
     assert abs(share[w] - p) < 5 * math.sqrt(p * (1 - p) / rows), (w, share[w], p)
   assert abs(share[3:].sum() - (5 / 8)**10) < 0.01
+
+
+def test_a_pair_seen_exactly_the_minimum_count_has_its_pmi(tok, stats, at_min_count):
+  """InforMask's pairs (the contextual strategy's table) have the same minimum count: the pairs
+  of at_min_count's corpus seen exactly 3 times are in the table, (f, g), seen twice, is not.
+  19 words and 14 pairs within WINDOW (1 in each "a b" and "f g", 3 in each "c d e"), so each
+  kept pair's PMI is log(3/14) - 2 log(3/19) = 2.151. Comparing with > drops them all."""
+  words, table = at_min_count
+  ids = _ids(tok, " ".join(words))
+  starts, hashes = cooccurrence.word_hashes(ids, np.ones_like(ids),
+                                            ids >= special_ids.NUM_SPECIAL, stats)
+  h = hashes[starts]
+  assert len(h) == 7
+  pairs = [(0, 1), (2, 3), (3, 4), (2, 4)]
+  keys = cooccurrence._pair_keys(  # pylint: disable=protected-access
+      h[[i for i, _ in pairs]], h[[j for _, j in pairs]])
+  assert table.pairs.tolist() == sorted(keys.tolist())
+  np.testing.assert_allclose(table.pair_pmi, math.log(3 / 14) - 2 * math.log(3 / 19),
+                             rtol=1e-6)
 
 
 def test_contextual_masks_change_from_step_to_step(stats, long_rows, cooc):

@@ -109,6 +109,7 @@ def _flat(tree) -> dict[str, np.ndarray]:
           for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+@pytest.mark.e2e  # also at the newest jax (.ci/newest_jax)
 def test_finetuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
   """At learning rate 0 no step moves a parameter, so the fine-tuned run's encoder is exactly
   what it started from: it must be the pretrained checkpoint's parameters, every one of them (a

@@ -1,11 +1,19 @@
 """The offline tasks kjv_tasks.py builds for each fine-tuning kind (token classification,
 extractive QA, multiple choice, retrieval): their sizes, that dev is only the chapters
 pretraining holds out and train shares no verse with them, that they never change, and what
-each kind's examples must be."""
+each kind's examples must be.
+
+Run as a script (`python test_kjv_tasks.py TASK...`), this file prints a digest of each task
+built in that order: how the tests compare builds made in other processes."""
 
 import collections
 import dataclasses
+import hashlib
+import json
+import os
 import re
+import subprocess
+import sys
 import time
 import types
 
@@ -15,6 +23,25 @@ import pytest
 from mlmjax.data.corpora import sources
 from mlmjax.finetuning import kjv_tasks
 from mlmjax.finetuning import records
+
+TASKS = ("entities", "qa", "continuation", "retrieval")  # test_tasks.py has the others
+
+
+def _digest(task: tuple[records.Records, records.Records, list[str]]) -> str:
+  """sha256 of a built task's (train, dev, label names): every field of every example, arrays
+  with their dtype, in order."""
+  def plain(r: records.Records):
+    return [type(r).__name__] + [
+        [str(v.dtype), v.tolist()] if isinstance(v, np.ndarray) else v
+        for v in (getattr(r, f.name) for f in dataclasses.fields(r))]
+  train, dev, names = task
+  text = json.dumps([plain(train), plain(dev), names], ensure_ascii=False)
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digests(order) -> list[list[str]]:
+  """[[task, digest]] of each task built in `order` (a task may come twice)."""
+  return [[name, _digest(getattr(kjv_tasks, name)())] for name in order]
 
 
 @pytest.fixture(scope="module")
@@ -34,27 +61,30 @@ def corpus():
 
 @pytest.fixture(scope="module")
 def built():
-  """Each task built twice (the second to check it never changes), and the first's time."""
-  kjv_tasks.names_gazetteer()  # computed once; not part of any one task's time
-  out = {}
-  for task in (kjv_tasks.entities, kjv_tasks.qa, kjv_tasks.continuation, kjv_tasks.retrieval):
-    start = time.perf_counter()
-    first = task()
-    seconds = time.perf_counter() - start
-    out[task.__name__] = (first, task())
-    print(f"{task.__name__}: train {len(first[0])}, dev {len(first[1])}, {seconds:.2f} s")
-  return out
-
-
-def _same(a: records.Records, b: records.Records) -> bool:
-  return type(a) is type(b) and all(
-      np.array_equal(x, y) if isinstance(x, np.ndarray) else x == y
-      for x, y in ((getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)))
-
-
-def _check_fixed(built, name):
-  (train, dev, names), (train2, dev2, names2) = built[name]
-  assert _same(train, train2) and _same(dev, dev2) and names == names2
+  """The tasks built here, and the digests of the same tasks built in two other processes,
+  started first so that they build while this one does: PYTHONHASHSEED=1 in TASKS' order,
+  PYTHONHASHSEED=2 backwards and then forwards again (each task's second build in the same
+  process)."""
+  others = {
+      seed: subprocess.Popen(
+          [sys.executable, os.path.abspath(__file__), *order],
+          env={**os.environ, "PYTHONHASHSEED": seed}, stdout=subprocess.PIPE,
+          stderr=subprocess.PIPE, text=True)
+      for seed, order in (("1", TASKS), ("2", TASKS[::-1] + TASKS))}
+  try:
+    kjv_tasks.names_gazetteer()  # computed once; not part of any one task's time
+    here = {}
+    for name in TASKS:
+      start = time.perf_counter()
+      here[name] = getattr(kjv_tasks, name)()
+      seconds = time.perf_counter() - start
+      print(f"{name}: train {len(here[name][0])}, dev {len(here[name][1])}, {seconds:.2f} s")
+    yield types.SimpleNamespace(here=here, others=others)
+  finally:  # a test that did not wait for them (e.g. run alone)
+    for process in others.values():
+      if process.poll() is None:
+        process.kill()
+        process.communicate()
 
 
 def test_names_gazetteer_finds_the_names_in_the_text():
@@ -76,7 +106,7 @@ def test_names_gazetteer_finds_the_names_in_the_text():
 
 
 def test_entities(built, corpus):
-  train, dev, tags = built["entities"][0]
+  train, dev, tags = built.here["entities"]
   assert isinstance(train, records.TaggedExamples) and tags == ["O", "B-NAME", "I-NAME"]
   assert len(train) > 20000 and len(dev) > 400
   names = kjv_tasks.names_gazetteer()
@@ -98,7 +128,6 @@ def test_entities(built, corpus):
                if any(a == "Simon" and b == "Peter" for a, b in zip(w, w[1:])))
   i = next(i for i in range(len(simon) - 1) if simon[i:i + 2] == ("Simon", "Peter"))
   assert dict(tagged)[simon][i:i + 2] == ("B-NAME", "I-NAME")
-  _check_fixed(built, "entities")
 
 
 def _source_verses(question: str, verses) -> list[str]:
@@ -109,7 +138,7 @@ def _source_verses(question: str, verses) -> list[str]:
 
 
 def test_qa(built, corpus):
-  train, dev, names = built["qa"][0]
+  train, dev, names = built.here["qa"]
   assert isinstance(train, records.QAExamples) and names == []
   assert len(train) > 4000 and len(dev) > 80
   for split, verses in ((train, corpus.trained - corpus.held_out), (dev, corpus.held_out)):
@@ -138,11 +167,10 @@ def test_qa(built, corpus):
         assert candidates and not set(candidates) & set(window), question
         asked = [v[len(before):len(v) - len(after)] for v in candidates]
         assert any(not re.search(rf"\b{re.escape(name)}\b", context) for name in asked)
-  _check_fixed(built, "qa")
 
 
 def test_continuation(built, corpus):
-  train, dev, names = built["continuation"][0]
+  train, dev, names = built.here["continuation"]
   assert isinstance(train, records.ChoiceExamples) and names == []
   assert len(train) > 25000 and len(dev) > 500
   for split, verses, pairs, spread in (
@@ -155,11 +183,10 @@ def test_continuation(built, corpus):
       assert len(options) == len(set(options)) == 4 and context not in options
       assert context in verses and all(o in verses for o in options)
       assert (context, options[label]) in pairs  # the right one is the next verse
-  _check_fixed(built, "continuation")
 
 
 def test_retrieval(built, corpus):
-  train, dev, names = built["retrieval"][0]
+  train, dev, names = built.here["retrieval"]
   assert isinstance(train, records.PairExamples) and names == []
   assert len(train) > 12000 and len(dev) > 250
   assert all(p in corpus.trained_pairs and not set(p) & corpus.held_out
@@ -169,4 +196,28 @@ def test_retrieval(built, corpus):
   # as an anchor or as a positive (else an anchor would find its own text).
   for split in (train, dev):
     assert len(set(split.anchors) | set(split.positives)) == 2 * len(split)
-  _check_fixed(built, "retrieval")
+
+
+def test_every_task_is_the_same_in_every_process(built):
+  """A task never changes: not between two builds in one process, not with the order the tasks
+  are built in, and not between processes, where what Python randomises per process differs
+  (str hashes: a set's order, a hash()-seeded draw). Compared by digest, built here and in two
+  processes of other hash seeds."""
+  digests = {}
+  for seed, process in built.others.items():
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 0, err[-3000:]
+    digests[seed] = json.loads(out)
+  forward, backward_then_forward = digests["1"], digests["2"]
+  assert [name for name, _ in forward] == list(TASKS)
+  by_task = collections.defaultdict(set)
+  for name, digest in forward + backward_then_forward:
+    by_task[name].add(digest)
+  for name in TASKS:
+    by_task[name].add(_digest(built.here[name]))
+  # {task: how many different builds}
+  assert {name: len(d) for name, d in by_task.items()} == {name: 1 for name in TASKS}
+
+
+if __name__ == "__main__":
+  print(json.dumps(_digests(sys.argv[1:])))

@@ -107,6 +107,7 @@ def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # also at the newest jax (.ci/newest_jax)
 def test_mlm_then_diffusion_resumes_bit_identically_across_and_inside_the_switch(
     tmp_path, micro_config, caplog):
   """4 MLM steps then 4 diffusion steps (dropout on): the diffusion steps log the bound, and a

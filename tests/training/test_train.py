@@ -37,6 +37,7 @@ def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
   assert all(np.isfinite(losses))
 
 
+@pytest.mark.e2e  # also at the newest jax (.ci/newest_jax)
 def test_resume_is_bit_identical_with_stacked_layers(tmp_path, micro_config, caplog):
   """(Every strategy and format, unstacked layers: test_strategies_train.py.) Stacked layers
   checkpoint, resume and load (saved_state reads the run's own config) like unstacked ones."""
