@@ -9,7 +9,7 @@ from setuptools import find_packages, setup
 HF = [
     "safetensors>=0.4.3,<1",
     "tokenizers>=0.22,<0.24",  # 0.22 for transformers 4.57, 0.23 for 5.x
-    "transformers>=4.57.6,<6",
+    "transformers>=4.57.6,<6",  # .ci/transformers_floor tests the floor
 ]
 # torch for the tests that load exports (the `torch` marker): pinned because this version
 # resolves to the CPU build on Python 3.11 here.
@@ -104,8 +104,8 @@ setup(
     # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
     package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
     # jax 0.10 on Python 3.11; jax 0.11 and 0.12 need Python 3.12 or newer, so pip picks the
-    # jax line by the Python it runs on. .ci/run tests both ends (3.11 with jax 0.10, 3.12 with
-    # the newest jax the ranges admit).
+    # jax line by the Python it runs on. .ci/run tests both ends (3.11 with jax 0.10, 3.13 with
+    # the newest jax the ranges admit; transformers 4.57 and 5).
     python_requires=">=3.11,<3.14",
     classifiers=[
         "Programming Language :: Python :: 3.11",
@@ -147,7 +147,7 @@ setup(
         "nlp": NLP,
         "beam": BEAM,
         "docs": DOCS,
-        # the tests' needs but torch: .ci/run's second pass (Python 3.12, where torch is a CUDA
+        # the tests' needs but torch: .ci/run's second pass (Python 3.13, where torch is a CUDA
         # build of several GB) installs this and leaves out the tests marked `torch`
         "test-no-torch": TEST,
         "test": [*TEST, *TORCH],

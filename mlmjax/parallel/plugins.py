@@ -23,7 +23,7 @@ also keeps its plugin.
 `hide` must run before jax's first import (CUDA's kernels are looked up then; hidden later, the
 notice is already printed), and only where a program starts: importing mlmjax changes nothing.
 Each command calls it at the top of its module, before its other imports (mlmjax/cli.py says
-why there), cli.run again; tests/conftest.py, .ci/resume_check.py, benchmarks/*.py and the
+why there), cli.run again; tests/conftest.py, .ci/export_check.py, benchmarks/*.py and the
 Colab notebook call it themselves. A script of yours that wants the same:
 
     from mlmjax.parallel import plugins
