@@ -78,11 +78,11 @@ def pytest_collection_modifyitems(items):
   within a file."""
   with open(FILE_SECONDS, encoding="utf-8") as f:
     seconds = json.load(f)
+  file = {item: item.nodeid.split("::")[0] for item in items}
   first = {}
   for i, item in enumerate(items):
-    first.setdefault(item.nodeid.split("::")[0], i)
-  items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], 0.0),
-                               first[item.nodeid.split("::")[0]]))
+    first.setdefault(file[item], i)
+  items.sort(key=lambda item: (-seconds.get(file[item], 0.0), first[file[item]]))
 
 
 def pytest_terminal_summary(terminalreporter):
