@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging as std_logging
 import math
+import sys
 import time
 
 from absl import logging
@@ -27,6 +28,22 @@ def quiet_library_logs() -> None:
     noisy = any(f"/{lib}/" in record.pathname for lib in ("orbax", "grain", "jax"))
     return not (noisy and record.levelno < std_logging.WARNING)  # absl's WARNING is -1
   logging.get_absl_handler().python_handler.addFilter(keep)
+
+
+def _summary_writer_class():
+  """tensorboardX's SummaryWriter, imported without torch. Its writer module imports torch
+  whenever it is installed (an `[hf]` or test environment) only to accept torch tensors, and we
+  log Python floats: that import is 3-4 s of every run's start on a 2-core CPU. A torch already
+  imported is left as it is."""
+  hide = "torch" not in sys.modules and "tensorboardX" not in sys.modules
+  if hide:
+    sys.modules["torch"] = None  # `import torch` raises ImportError; tensorboardX carries on
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  finally:
+    if hide:
+      del sys.modules["torch"]
+  return SummaryWriter
 
 
 def _drop_rows_after(path: str, step: int) -> None:
@@ -73,7 +90,7 @@ class MetricWriter:
     self.enabled = jax.process_index() == 0
     if not self.enabled:
       return
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    SummaryWriter = _summary_writer_class()  # pylint: disable=invalid-name
     _drop_rows_after(jsonl_path, resume_step)
     self._remote = paths.is_remote(jsonl_path)
     if self._remote:  # the whole file, rewritten at each upload

@@ -310,3 +310,37 @@ def test_fsdp_gathers_layer_by_layer_and_needs_under_half_the_memory():
     config.mesh.shape = shape
     memory[shape] = _compiled_memory(config)
   assert memory[(1, 8, 1)] < 0.3 * memory[(8, 1, 1)], memory
+
+
+class _NoData:
+  """A data position for a checkpoint of arrays alone."""
+
+  def global_state(self) -> dict:
+    return {}
+
+  def set_state(self, state: dict) -> None:
+    del state
+
+
+def test_replicated_arrays_save_from_one_cpu_device_without_slicing_programs(tmp_path):
+  """On CPU, orbax writes a replicated array from its first replica (checkpoint.py's
+  save_whole_shards_on_cpu): no program is compiled to slice it across the 8 devices, as its
+  replica-parallel default does, and it restores exactly."""
+  mesh = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  state = {f"w{i}": jax.device_put(np.arange(8 * (i + 1), dtype=np.float32).reshape(8, -1),
+                                   replicated) for i in range(3)}
+  compiled = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, _, fun_name="", **__: compiled.append(fun_name)
+      if event == "/jax/core/compile/backend_compile_duration" else None)
+  ckpt = checkpoint.Checkpointer(str(tmp_path), str(tmp_path / "corrupt"), 1)
+  ckpt.save(1, state, _NoData(), host={})
+  ckpt.wait()
+  saving = list(compiled)
+  restored = ckpt.restore(1, jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)).state
+  ckpt.close()
+  assert not [name for name in saving if "slice" in name], saving
+  for name, value in state.items():
+    np.testing.assert_array_equal(np.asarray(restored[name]), np.asarray(value), err_msg=name)

@@ -1,7 +1,13 @@
 """The progress log's machine figures."""
 
+import json
+import os
+import subprocess
+import sys
+
 import jax
 
+from conftest import REPO, user_env
 from mlmjax.training import metrics
 
 
@@ -18,3 +24,33 @@ def test_peak_device_memory_is_logged_where_the_runtime_reports_it(caplog):
     metrics.log_progress(5, 10, row)
   assert caplog.records[-1].getMessage() == (
       "step 5/10 | loss 2.0000 | mlm_acc 0.5000 | lr 1.00e-04 | peak memory 3.00 GiB")
+
+
+# In a fresh interpreter: a writer, one row, then what it imported and, where torch is installed
+# (pass 1's environment; not .ci/newest_jax's), whether torch still imports.
+_WRITER = """
+import importlib.util, json, os, sys
+from mlmjax.training import metrics
+folder = sys.argv[1]
+writer = metrics.MetricWriter(os.path.join(folder, "metrics.jsonl"), os.path.join(folder, "tb"))
+writer.write(1, {"loss": 2.5})
+writer.close()
+out = {"torch_imported": "torch" in sys.modules}
+if importlib.util.find_spec("torch") is not None:
+  import torch
+  out["torch_imports_after"] = torch.__name__ == "torch"
+print(json.dumps(out))
+"""
+
+
+def test_the_writer_leaves_torch_unimported_and_importable(tmp_path):
+  """tensorboardX's writer module imports torch whenever it is installed, 3-4 s of every
+  run's start; the metric writer imports it without (metrics.py) and leaves torch to import
+  as usual."""
+  proc = subprocess.run([sys.executable, "-c", _WRITER, str(tmp_path)], cwd=REPO,
+                        env=user_env(), capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.loads(proc.stdout.splitlines()[-1])
+  assert out["torch_imported"] is False and out.get("torch_imports_after", True) is True
+  assert metrics.rows(str(tmp_path / "metrics.jsonl")) == [{"step": 1, "loss": 2.5}]
+  assert os.listdir(tmp_path / "tb")  # the event file
