@@ -31,7 +31,6 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.metadata import array_metadata_store
 
-
 from mlmjax import errors
 from mlmjax import paths
 from mlmjax.models import param_names
@@ -83,9 +82,9 @@ def save_whole_shards_on_cpu() -> None:
   cache warm; jax 0.10.2, orbax 0.12.8, 2-core CPU). Otherwise the handler is orbax's default
   (the same metadata store)."""
   if jax.default_backend() == "cpu":
-    ocp.type_handlers.register_type_handler(jax.Array, ocp.type_handlers.ArrayHandler(
-        use_replica_parallel=False, array_metadata_store=array_metadata_store.Store()),
-                                            override=True)
+    handler = ocp.type_handlers.ArrayHandler(
+        use_replica_parallel=False, array_metadata_store=array_metadata_store.Store())
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
 
 
 class Checkpointer:
