@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax
+import pytest
 
 from conftest import REPO, user_env
 from mlmjax.training import metrics
@@ -43,6 +44,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # a fresh interpreter imports mlmjax and tensorboardX (about 10 s)
 def test_the_writer_leaves_torch_unimported_and_importable(tmp_path):
   """tensorboardX's writer module imports torch whenever it is installed, 3-4 s of every
   run's start; the metric writer imports it without (metrics.py) and leaves torch to import
