@@ -30,6 +30,7 @@ from etils import epath
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src.metadata import array_metadata_store
+from orbax.checkpoint._src.serialization import type_handler_registry
 
 from mlmjax import errors
 from mlmjax import paths
@@ -80,11 +81,18 @@ def save_whole_shards_on_cpu() -> None:
   array shape: 88 of them for the tests' 2-layer model on 8 CPU devices, whose 8-step run with
   two saves took 25.1 s against 20.5 s without them (11.1 against 8.7 s with the compilation
   cache warm; jax 0.10.2, orbax 0.12.8, 2-core CPU). Otherwise the handler is orbax's default
-  (the same metadata store)."""
-  if jax.default_backend() == "cpu":
-    handler = ocp.type_handlers.ArrayHandler(
-        use_replica_parallel=False, array_metadata_store=array_metadata_store.Store())
-    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+  (the same metadata store). Registered once per process and quietly: orbax warns on every
+  override, a line that would stand in each command's output (the notebook's cells)."""
+  registry = type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY
+  if jax.default_backend() == "cpu" and not isinstance(registry.get(jax.Array),
+                                                       _OneReplicaArrayHandler):
+    registry.add(jax.Array, _OneReplicaArrayHandler(
+        use_replica_parallel=False, array_metadata_store=array_metadata_store.Store()),
+                 override=True, ignore_warnings=True)
+
+
+class _OneReplicaArrayHandler(ocp.type_handlers.ArrayHandler):
+  """orbax's ArrayHandler, named so that save_whole_shards_on_cpu registers it only once."""
 
 
 class Checkpointer:
