@@ -22,7 +22,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LINE_TIMEOUT_S = 60  # each line: parsing, or failing early; none trains
+LINE_TIMEOUT_S = 60  # a line's limit by default: parsing, or failing early (one that trains: more)
 # Imported once by the parent: what the commands import, but no command module; after
 # plugins.hide(), as each command calls it first (mlmjax/cli.py), which keeps the GPU plugin
 # from jax where there is no GPU (parallel/plugins.py).
@@ -42,10 +42,12 @@ class Result:
   stderr: str
 
 
-def run(lines: list[list[str]], env: dict[str, str] | None = None,
-        timeout: float = 600) -> list[Result]:
-  """Runs each ["mlmjax.NAME", args...] line as `python -m mlmjax.NAME args...` would."""
-  proc = subprocess.run([sys.executable, os.path.abspath(__file__)], input=json.dumps(lines),
+def run(lines: list[list[str]], env: dict[str, str] | None = None, timeout: float = 600,
+        line_timeout: float = LINE_TIMEOUT_S) -> list[Result]:
+  """Runs each ["mlmjax.NAME", args...] line as `python -m mlmjax.NAME args...` would, in
+  order, each within `line_timeout` seconds (more for a line that trains)."""
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(line_timeout)],
+                        input=json.dumps(lines),
                         capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout,
                         check=False)
   if proc.returncode != 0:
@@ -97,7 +99,7 @@ def _main() -> None:
   plugins.hide()
   for name in _LIBRARY:
     importlib.import_module(name)
-  results = [_run_forked(argv, LINE_TIMEOUT_S) for argv in lines]
+  results = [_run_forked(argv, float(sys.argv[1])) for argv in lines]
   sys.stdout.write(json.dumps(results))
 
 

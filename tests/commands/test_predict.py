@@ -3,9 +3,9 @@
 import pytest
 
 from configs import tiny
+from conftest import train_on_one_device
 from mlmjax import errors
 from mlmjax import predict
-from mlmjax.training import train
 
 pytestmark = pytest.mark.slow  # every test uses a model trained for 500 steps
 
@@ -25,10 +25,9 @@ def trained(tmp_path_factory, tokenizer_path):
   config.masking.max_predictions_per_seq = 10
   config.model.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
   config.train.update(steps=500, batch_size=16, warmup_steps=20, learning_rate=2e-3,
-                      eval_every_steps=500, checkpoint_every_steps=500, log_every_steps=100)
-  workdir = str(root / "run")
-  train.train_and_evaluate(config, workdir)
-  return workdir
+                      eval_every_steps=500, eval_batches=2, checkpoint_every_steps=500,
+                      log_every_steps=100)
+  return train_on_one_device(config, str(root / "run"))
 
 
 def test_fill_mask_gives_what_the_model_learned(trained):

@@ -15,7 +15,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import tiny
-from conftest import REPO, assert_resumed, saved_state, user_env
+import command_lines
+from conftest import REPO, assert_resumed, saved_state, train_on_one_device, user_env
 from mlmjax import embed
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
@@ -50,9 +51,7 @@ def pretrained(tmp_path_factory, tokenizer_path):
   config.model.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
   config.train.update(steps=100, batch_size=32, warmup_steps=20, eval_every_steps=100,
                       checkpoint_every_steps=100, log_every_steps=50, eval_batches=2)
-  workdir = str(tmp_path_factory.mktemp("pretrained") / "run")
-  train.train_and_evaluate(config, workdir)
-  return workdir
+  return train_on_one_device(config, str(tmp_path_factory.mktemp("pretrained") / "run"))
 
 
 def _finetune_config(**train):
@@ -199,25 +198,34 @@ def _run(*args, stdin=None):
 
 
 def test_evaluate_finetune_plot_and_tokenizer_commands(pretrained, tmp_path):
-  proc = _run("mlmjax.evaluate", f"--workdir={pretrained}")
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  out = json.loads(proc.stdout)
-  assert (out["step"], out["mask_rate"], out["documents"], out["batches"]) == (100, 0.15, 24, 2)
-  assert out["perplexity"] == pytest.approx(np.exp(out["loss"]))
-  assert out["mlm_accuracy"] > out["constant_baseline_accuracy"] > 0
-
+  """The commands as a user runs them, in order (one process imports mlmjax once and runs each
+  line as `python -m` would: tests/command_lines.py)."""
   # Your own sentence-pair task from files (string labels), through the command.
   for split, verses in (("train", range(0, 40)), ("dev", range(40, 56))):
     rows = ["first,second,relation"] + [
         f'"Verse {i}, said he",Verse {i + 1},{"next" if i % 2 else "other"}' for i in verses]
     (tmp_path / f"{split}.csv").write_text("\n".join(rows) + "\n")
-  proc = _run("mlmjax.finetune", f"--workdir={pretrained}", "--task=pairs",
-              f"--train_file={tmp_path}/train.csv", f"--dev_file={tmp_path}/dev.csv",
-              "--text_fields=first,second", "--label_field=relation",
-              "--config.data.seq_len=32", "--config.train.epochs=1", "--config.train.batch_size=8")
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  results = json.loads(proc.stdout)
   output = workdir_lib.Workdir(pretrained).finetune("pairs")
+  png = tmp_path / "both.png"
+  evaluated, pairs, glue, plot, no_plot = command_lines.run([
+      ["mlmjax.evaluate", f"--workdir={pretrained}"],
+      ["mlmjax.finetune", f"--workdir={pretrained}", "--task=pairs",
+       f"--train_file={tmp_path}/train.csv", f"--dev_file={tmp_path}/dev.csv",
+       "--text_fields=first,second", "--label_field=relation", "--config.data.seq_len=32",
+       "--config.train.epochs=1", "--config.train.batch_size=8"],
+      ["mlmjax.finetune", f"--workdir={pretrained}", "--task=glue/sst"],
+      # Two runs overlaid: a PNG a person can read (look at it: tests cannot).
+      ["mlmjax.plot", f"--workdir={pretrained}", output.path, f"--out={png}"],
+      ["mlmjax.plot", f"--workdir={tmp_path}"]], env=user_env(), line_timeout=300)
+
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  out = json.loads(evaluated.stdout)
+  assert (out["step"], out["mask_rate"], out["documents"], out["batches"]) == (100, 0.15, 24, 2)
+  assert out["perplexity"] == pytest.approx(np.exp(out["loss"]))
+  assert out["mlm_accuracy"] > out["constant_baseline_accuracy"] > 0
+
+  assert pairs.returncode == 0, pairs.stderr[-3000:]
+  results = json.loads(pairs.stdout)
   assert results["output_dir"] == output.path and results["label_names"] == ["next", "other"]
   assert json.load(open(output.results)) == results
   assert (results["steps"], results["dev_examples"]) == (5, 16)
@@ -226,21 +234,16 @@ def test_evaluate_finetune_plot_and_tokenizer_commands(pretrained, tmp_path):
                      r" a sentence-embedding run \(--task=kjv_retrieval, or --kind=embedding\)$"):
     embed.check_kind(finished.saved_record(output.path))
 
-  proc = _run("mlmjax.finetune", f"--workdir={pretrained}", "--task=glue/sst")
-  assert proc.returncode == 1
-  assert proc.stderr.strip().splitlines()[-1].startswith("error: unknown --task='glue/sst': use"
+  assert glue.returncode == 1
+  assert glue.stderr.strip().splitlines()[-1].startswith("error: unknown --task='glue/sst': use"
                                                          " one of kjv_testament, kjv_next_verse")
 
-  # Two runs overlaid: a PNG a person can read (look at it: tests cannot).
-  png = tmp_path / "both.png"
-  proc = _run("mlmjax.plot", f"--workdir={pretrained}", output.path, f"--out={png}")
-  assert proc.returncode == 0 and proc.stdout.strip() == str(png), proc.stderr[-3000:]
+  assert plot.returncode == 0 and plot.stdout.strip() == str(png), plot.stderr[-3000:]
   assert png.read_bytes()[:8] == PNG_SIGNATURE and png.stat().st_size > 20_000
   assert open(os.path.join(pretrained, "curves.png"), "rb").read(8) == PNG_SIGNATURE  # training's
-  proc = _run("mlmjax.plot", f"--workdir={tmp_path}")
-  assert proc.returncode == 1
-  assert proc.stderr.strip() == (f"error: {tmp_path} holds no metrics ({tmp_path}/metrics.jsonl"
-                                 " does not exist)")
+  assert no_plot.returncode == 1
+  assert no_plot.stderr.strip() == (f"error: {tmp_path} holds no metrics"
+                                    f" ({tmp_path}/metrics.jsonl does not exist)")
 
 
 def test_tokenizer_command(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from configs import electra as electra_config
-from conftest import assert_resumes_exactly, saved_state
+from conftest import assert_resumes_exactly, micro, saved_state
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
@@ -67,13 +67,20 @@ def test_generator_replaces_only_masked_slots_and_labels_mark_what_changed(micro
       4, 32, c.model.hidden_size)
 
 
+@pytest.fixture(scope="module")
+def electra_run(tokenizer_path, tmp_path_factory):
+  """The micro ELECTRA run (8 steps): (its workdir, its final eval metrics)."""
+  workdir = str(tmp_path_factory.mktemp("electra") / "straight")
+  return workdir, train.train_and_evaluate(_micro(micro(tokenizer_path)), workdir)
+
+
 @pytest.mark.slow
-def test_electra_trains_and_resumes_exactly(tmp_path, micro_config, caplog):
+def test_electra_trains_and_resumes_exactly(tmp_path, micro_config, caplog, electra_run):
   c = _micro(micro_config)
   preset = electra_config.get_config("small")
   assert (preset.objective.discriminator_weight, preset.model.embedding_size) == (50.0, 128)
-  straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
-  metrics = train.train_and_evaluate(c, straight)
+  straight, metrics = electra_run
+  split = str(tmp_path / "split")
   for key in ("eval/rtd_accuracy", "eval/rtd_precision", "eval/rtd_recall",
               "eval/rtd_replaced_fraction", "eval/mlm_accuracy"):
     assert 0.0 <= metrics[key] <= 1.0, key
@@ -83,11 +90,10 @@ def test_electra_trains_and_resumes_exactly(tmp_path, micro_config, caplog):
 
 
 @pytest.mark.slow
-def test_electra_discriminator_fine_tunes(tmp_path, micro_config):
+def test_electra_discriminator_fine_tunes(tmp_path, electra_run):
   """The fine-tuning command's encoder is ELECTRA's discriminator, loaded from the checkpoint
   as it is (a learning rate of 1e-12 leaves it unchanged)."""
-  pretrained = str(tmp_path / "electra")
-  train.train_and_evaluate(_micro(micro_config), pretrained)
+  pretrained, _ = electra_run
   config = finetune_config.get_config()
   config.data.update(seq_len=32, max_train_examples=32)
   config.train.update(epochs=1.0, batch_size=16, learning_rate=1e-12, log_every_steps=1)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import command_lines
-from conftest import assert_resumed, assert_same_arrays, saved_state, train_iter, user_env
+from conftest import (assert_resumed, assert_same_arrays, saved_state, train_iter,
+                      train_on_one_device, user_env)
 from configs import diffusion as diffusion_preset
 from mlmjax.data import masking
 from mlmjax.data.text import tokenizer as tok_lib
@@ -90,7 +91,7 @@ def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
   micro_config.objective.kind = "diffusion"
   micro_config.train.update(steps=40, log_every_steps=20, eval_every_steps=40,
                             checkpoint_every_steps=40, learning_rate=3e-3)
-  train.train_and_evaluate(micro_config, str(tmp_path / "run"))
+  train_on_one_device(micro_config, str(tmp_path / "run"))
   rows = [r for r in metrics.rows(str(tmp_path / "run" / "metrics.jsonl")) if "loss" in r]
   assert [r["step"] for r in rows] == [20, 40]
   assert rows[-1]["diffusion_bound"] < rows[0]["diffusion_bound"] - 0.3

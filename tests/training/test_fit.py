@@ -185,8 +185,8 @@ def test_the_compile_command_reports_the_fit_s_programs_without_compiling_them_a
 def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_path, tmp_path,
                                                                    caplog, budget_gib):
   workdir = str(tmp_path / "run")
-  config = _config(tokenizer_path, steps=2, eval_every_steps=2, checkpoint_every_steps=2,
-                   fit_memory_gib=budget_gib)
+  config = _config(tokenizer_path, steps=2, eval_every_steps=2, eval_batches=1,
+                   checkpoint_every_steps=2, fit_memory_gib=budget_gib)
   parts = assembly.Assembly.of(config)
   mesh = sharding.make_mesh(parts.settings.mesh)
   assert fit.micro_batch_counts(parts.plan, mesh) == [1, 2, 4, 8]

@@ -16,11 +16,11 @@ from mlmjax.training import metrics
 
 pytestmark = pytest.mark.slow  # training subprocesses, signalled and killed
 
-STEPS = 600
+STEPS = 300  # long enough that every signal lands mid-run, with checkpoints behind it
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=5",
-             "--config.train.checkpoint_every_steps=50", "--config.train.eval_every_steps=300",
+             "--config.train.checkpoint_every_steps=25", "--config.train.eval_every_steps=150",
              "--config.train.eval_batches=1", "--config.model.dropout_rate=0.1"]
 
 
@@ -81,14 +81,14 @@ def uninterrupted(tmp_path_factory, tokenizer_path):
 def test_sigterm_saves_exits_zero_and_resumes_exactly(tmp_path, tokenizer_path, uninterrupted):
   workdir = str(tmp_path)
   proc = _start(workdir, tokenizer_path)
-  _wait_for(proc, f"step 120/{STEPS}")
+  _wait_for(proc, f"step 60/{STEPS}")
   proc.send_signal(signal.SIGTERM)
   rest = proc.stderr.read()
   assert proc.wait(timeout=120) == 0, rest[-3000:]
   saved = [line for line in rest.splitlines() if "Preemption notice (SIGTERM)" in line]
   assert len(saved) == 1, rest[-3000:]
   step = int(saved[0].split("checkpoint of step ")[1].split(";")[0])
-  assert 120 < step < STEPS
+  assert 60 < step < STEPS
   assert latest_step(workdir) == step
   assert f"Resumed from checkpoint at step {step}" in _run_to_end(workdir, tokenizer_path)
   _assert_same(_final(workdir), uninterrupted)
@@ -156,7 +156,7 @@ def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, to
                                                                      uninterrupted):
   workdir = str(tmp_path)
   proc = _start(workdir, tokenizer_path)
-  _wait_for(proc, f"step 160/{STEPS}")
+  _wait_for(proc, f"step 80/{STEPS}")
   proc.kill()
   proc.wait()
   ckpt_dir = os.path.join(workdir, "checkpoints")
