@@ -257,6 +257,7 @@ def test_layer_norm_fused_backward_equals_jax_derivative(micro_config, dtype, to
                                rtol=tolerance, atol=tolerance * np.abs(autodiff).max())
 
 
+@pytest.mark.slow  # over 5 s: trains the model with each backward
 def test_layer_norm_backwards_train_alike_scanned_and_rematerialised():
   """Three steps of the small model, layers scanned and fully recomputed (the custom gradient
   inside jax.checkpoint and lax.scan): the same losses and parameters with either backward."""

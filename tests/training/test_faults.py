@@ -31,6 +31,7 @@ def nan_at_step(monkeypatch):
   return install
 
 
+@pytest.mark.slow  # over 5 s
 def test_nonfinite_step_changes_nothing(micro_config, corpus, make_masker):
   tok = tok_lib.Tokenizer.load(micro_config.tokenizer.path)
   mesh = sharding.make_mesh(micro_config.mesh)
