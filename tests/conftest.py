@@ -72,15 +72,14 @@ def train_on_one_device(config, workdir: str) -> str:
   for a test that needs a trained run and checks nothing of the 8 simulated devices. The tests'
   small models step 2-3 times faster on one device than sharded over 8 on two cores (200 steps
   of tests/commands/test_predict.py's model: 8.9 s against 17.2 s, compilations cached). The
-  config travels as a run's config.json does (training/saved_config.py). Returns `workdir`."""
+  config travels as a run's config.json does (training/saved_config.py), the child sees what a
+  user's machine has (user_env). Returns `workdir`."""
   from mlmjax.training import saved_config  # pylint: disable=g-import-not-at-top
   config_path = workdir.rstrip("/") + ".config.json"
   with open(config_path, "w", encoding="utf-8") as f:
     f.write(saved_config.dumps(config))
-  env = dict(os.environ, XLA_FLAGS=" ".join(
-      f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f))
   proc = subprocess.run([sys.executable, "-c", _TRAIN_ON_ONE_DEVICE, config_path, workdir],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+                        cwd=REPO, env=user_env(), capture_output=True, text=True, timeout=900,
                         check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return workdir
