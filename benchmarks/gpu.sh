@@ -70,9 +70,16 @@ r['variant']=sys.argv[2]; print(json.dumps(r))" "/tmp/$tag.json" "$tag" >> "$OUT
 tests kernel_tests 90 tests/models/test_attention.py -k "not refused"
 bench base_cudnn 90 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn
 bench large_cudnn 120 "${LARGE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn
-# dropout's random bits from the GPU's own generator (RngBitGenerator) instead of threefry
-JAX_DEFAULT_PRNG_IMPL=rbg bench base_cudnn_rbg 90 "${BASE[@]}" "${FUSED[@]}" \
-  --config.model.attention_impl=cudnn
+# dropout's random bits from the GPU's own generator (RngBitGenerator) instead of threefry:
+# train.dropout_rng (jax's JAX_DEFAULT_PRNG_IMPL is not read: the run's keys name their own)
+bench base_cudnn_rbg 90 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn \
+  --config.train.dropout_rng=rbg
+# LayerNorm's backward as jax derives it, against the written-out default
+bench base_cudnn_ln_autodiff 90 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn \
+  --config.model.layer_norm_backward=autodiff
+# ModernBERT-base at its 1,024-token rows, the attention kernel `auto` picks for its local
+# and global layers
+bench modernbert_1024 150 --config=configs/modernbert.py:base --config.train.batch_size=32
 # the host pipeline alone, and the input wait of a 150-step training run
 bench base_cudnn_input 200 "${BASE[@]}" "${FUSED[@]}" --config.model.attention_impl=cudnn \
   --input_seconds=5 --loop_steps=150

@@ -224,8 +224,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.layer_norm_eps = 1e-12
   # LayerNorm's gradient: 'fused' (written out: one pass, the statistics and x kept, not
   # float32 copies: fewer bytes and less memory, docs/performance.md) or 'autodiff' (jax's
-  # derivative of the same forward; equal within float rounding).
-  config.model.layer_norm_backward = "fused"
+  # derivative of the same forward; equal within float rounding); 'auto': fused on TPU and
+  # GPU, autodiff on CPU (where the fused one measured slower).
+  config.model.layer_norm_backward = "auto"
   # Position information: 'learned' absolute embeddings added to the input (BERT), or 'rope'
   # (rotary embeddings on queries and keys in every layer, as in ModernBERT/RoFormer). Small
   # models learn to use context far sooner with 'rope' (docs/experiments.md).

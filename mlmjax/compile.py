@@ -1,6 +1,9 @@
 """Compile the train and eval steps for a TPU slice or GPU node this machine does not have,
 and print what the compiler says: one JSON line per step (memory per device against the
-device's, compiler and model FLOPs, collectives, the attention kernel, compile time).
+device's, compiler and model FLOPs, collectives, the attention kernel, compile time, and the
+step's predicted time, tokens/s and MFU with the time of each class of kernel:
+parallel/roofline.py), then one for the whole run (`"step": "run"`: its train steps'
+predicted hours and chip-hours on the target).
 
   pip install -e '.[tpu]'            # libtpu: compiling for TPUs from any machine
   pip install -e '.[gpu-compile]'    # jax's CUDA plugin: compiling for GPU nodes (h100x8)
@@ -36,12 +39,14 @@ def main(argv):
   from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
   from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
   metrics.quiet_library_logs()
-  for compiled in aot.compile_steps(_CONFIG.value, target):
+  steps = aot.compile_steps(_CONFIG.value, target)
+  for compiled in steps:
     if _HLO_DIR.value:
       compiled.report["hlo"] = aot.write_hlo(compiled, _HLO_DIR.value)
     print(json.dumps(compiled.report), flush=True)
     if not compiled.report["fits"]:
       raise aot.does_not_fit(compiled.report, target)
+  print(json.dumps(aot.time_to_train(_CONFIG.value, steps, target)), flush=True)
 
 
 if __name__ == "__main__":

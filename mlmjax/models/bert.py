@@ -100,14 +100,15 @@ class SpanBoundaryHead(nnx.Module):
   predicted from the encoder outputs just outside the span and its position in it only,
   y = LN(GELU(W2 LN(GELU(W1 [x_left; x_right; p_offset])))), then the tied decoder."""
 
-  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelSettings, vocab_size: int, rngs: nnx.Rngs,
+               target: compile_target.Target | None = None):
     d, std, bias = cfg.hidden_size, cfg.initializer_range, cfg.use_bias
     self.offset_embedding = layers.param(rngs, (cfg.max_position_embeddings, d), (None, "embed"),
                                          "normal", std)
     self.dense1 = layers.Dense(rngs, (3 * d, d), ("embed", None), std, bias)
-    self.norm1 = layers.LayerNorm(d, cfg)
+    self.norm1 = layers.LayerNorm(d, cfg, target)
     self.dense2 = layers.Dense(rngs, (d, d), ("embed", None), std, bias)
-    self.norm2 = layers.LayerNorm(d, cfg)
+    self.norm2 = layers.LayerNorm(d, cfg, target)
     self.bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
 
   def __call__(self, hidden_btd, batch, embedding_vd):
@@ -126,7 +127,7 @@ class Embeddings:
   the model that holds them (names shared by every model, and by export)."""
 
   def init_embeddings(self, cfg: ModelSettings, vocab_size: int, width: int,
-                      rngs: nnx.Rngs) -> None:
+                      rngs: nnx.Rngs, target: compile_target.Target | None = None) -> None:
     std = cfg.initializer_range
     self.token_embedding = layers.param(rngs, (vocab_size, width), ("vocab", "embed"), "normal",
                                         std)
@@ -136,7 +137,7 @@ class Embeddings:
     # Zero-initialised for the same reason that type 0 adds nothing (see embed).
     self.type_embedding = layers.param(None, (cfg.type_vocab_size, width), (None, "embed"),
                                        "zeros")
-    self.embedding_norm = layers.LayerNorm(width, cfg)
+    self.embedding_norm = layers.LayerNorm(width, cfg, target)
     self.embedding_dropout = cfg.dropout_rate
 
   def embed(self, batch, key=None) -> jax.Array:
@@ -176,7 +177,7 @@ class LayerStack:
     self.num_layers = cfg.num_layers
     self.remat = cfg.remat
     # Pre-LN: the residual stream is normalised once more after the last block.
-    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg)
+    self.final_norm = (layers.LayerNorm(cfg.hidden_size, cfg, target)
                        if cfg.norm_position == "pre" else None)
 
   def run_stack(self, x, batch, dropout_key=None, constrain_layer=None) -> jax.Array:
@@ -241,16 +242,17 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
                nsp_head: bool = False, sbo_head: bool = False,
                target: compile_target.Target | None = None):
     d, std = cfg.hidden_size, cfg.initializer_range
-    self.init_embeddings(cfg, vocab_size, d, rngs)
+    self.init_embeddings(cfg, vocab_size, d, rngs, target)
     self.init_stack(cfg, rngs, "blocks", target)
     self.mlm_transform = layers.Dense(rngs, (d, d), ("embed", None), std, cfg.use_bias)
-    self.mlm_norm = layers.LayerNorm(d, cfg)
+    self.mlm_norm = layers.LayerNorm(d, cfg, target)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")  # decoder bias
     if nsp_head:
       self.pooler = layers.Dense(rngs, (d, d), ("embed", None), std)
       self.nsp_classifier = layers.Dense(rngs, (d, 2), ("embed", None), std)
     self.nsp_head = nsp_head
-    self.span_boundary = SpanBoundaryHead(cfg, vocab_size, rngs) if sbo_head else None
+    self.span_boundary = (SpanBoundaryHead(cfg, vocab_size, rngs, target) if sbo_head
+                          else None)
 
   def encode(self, batch, dropout_key=None, constrain_layer=None):
     """[B, T] ids -> [B, T, D] hidden states."""

@@ -66,12 +66,12 @@ class ElectraForPretraining(nnx.Module, model_lib.Embeddings):
                rngs: nnx.Rngs, target: compile_target.Target | None = None):
     width = cfg.embedding_size or cfg.hidden_size
     std, bias = cfg.initializer_range, cfg.use_bias
-    self.init_embeddings(cfg, vocab_size, width, rngs)
+    self.init_embeddings(cfg, vocab_size, width, rngs, target)
     gen = generator_settings(cfg, generator_fraction)
     self.generator = Tower(gen, width, rngs, "generator", target)
     # The generator's MLM head maps back to the embedding width for the tied decoder.
     self.mlm_transform = layers.Dense(rngs, (gen.hidden_size, width), ("embed", None), std, bias)
-    self.mlm_norm = layers.LayerNorm(width, cfg)
+    self.mlm_norm = layers.LayerNorm(width, cfg, target)
     self.mlm_bias = layers.param(None, (vocab_size,), ("vocab",), "zeros")
     self.discriminator = Tower(cfg, width, rngs, "discriminator", target)
     d = cfg.hidden_size

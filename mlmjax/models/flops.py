@@ -11,9 +11,9 @@ window W), P prediction slots, V vocabulary. Embedding
 lookups, LayerNorms, softmax and the NSP head are left out (under 1% at BERT sizes). This is
 the "model FLOPs" of MFU (PaLM, appendix B): rematerialised recomputation does not count.
 
-Peaks: a device's rated dense peak where known (datasheets, per chip), and one measured here
-(`measured_matmul_peak`): the best rate of a large matmul, which is what "MFU against this
-machine" means on a CPU, where no datasheet number applies.
+Peaks: a device's rated dense peak where known (datasheets, per chip: models/chip_rates.py),
+and one measured here (`measured_matmul_peak`): the best rate of a large matmul, which is what
+"MFU against this machine" means on a CPU, where no datasheet number applies.
 """
 
 from __future__ import annotations
@@ -25,30 +25,33 @@ import jax
 import jax.numpy as jnp
 
 from mlmjax.models.settings import ModelSettings
+from mlmjax.models import chip_rates
 
-# Rated dense TFLOP/s per chip: (bfloat16, float32). float32 on TPUs runs as bf16 passes and
-# has no datasheet figure; the GPUs' float32 figures are without TF32.
-_RATED_TFLOPS = {
-    "TPU v4": (275.0, None),
-    "TPU v5 lite": (197.0, None),   # v5e
-    "TPU v5p": (459.0, None),
-    "TPU v5": (459.0, None),
-    "TPU v6 lite": (918.0, None),   # v6e (Trillium)
-    "A100": (312.0, 19.5),
-    "H100": (989.0, 67.0),          # SXM
-    "H200": (989.0, 67.0),
-}
+def _keys(m: ModelSettings, t: int) -> int:
+  """Keys per query summed over the layers (a local layer sees its window)."""
+  global_layers = m.num_layers
+  if m.local_attention_window:
+    global_layers = len(range(0, m.num_layers, m.global_attention_every))
+  return global_layers * t + (m.num_layers - global_layers) * min(t, m.local_attention_window + 1)
 
 
 def _encoder(m: ModelSettings, t: int) -> float:
   """Forward FLOPs per token of one encoder stack."""
   d, f = m.hidden_size, m.intermediate_size
   projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
-  global_layers = m.num_layers
-  if m.local_attention_window:
-    global_layers = len(range(0, m.num_layers, m.global_attention_every))
-  keys = global_layers * t + (m.num_layers - global_layers) * min(t, m.local_attention_window + 1)
-  return m.num_layers * projections + 4 * keys * d
+  return m.num_layers * projections + 4 * _keys(m, t) * d
+
+
+def attention_flops_per_token(m: ModelSettings, seq_len: int,
+                              generator_fraction: float | None = None) -> float:
+  """Forward FLOPs per token of attention's scores and context alone (4 C D a layer), of both
+  stacks with an ELECTRA `generator_fraction`: what a fused attention kernel computes."""
+  own = 4 * _keys(m, seq_len) * m.hidden_size
+  if generator_fraction is None:
+    return own
+  from mlmjax.models import electra  # pylint: disable=g-import-not-at-top
+  g = electra.generator_settings(m, generator_fraction)
+  return own + 4 * _keys(g, seq_len) * g.hidden_size
 
 
 def encoder_flops_per_token(m: ModelSettings, seq_len: int) -> float:
@@ -75,13 +78,10 @@ def train_flops_per_token(m: ModelSettings, vocab_size: int, seq_len: int,
 
 
 def rated_peak(device: jax.Device, dtype) -> float | None:
-  """FLOP/s of one chip at the compute dtype from its datasheet, or None if unknown."""
-  kind = device.device_kind
-  for name, (bf16, f32) in _RATED_TFLOPS.items():
-    if name in kind and (name != "TPU v5" or "lite" not in kind):
-      tflops = bf16 if jnp.dtype(dtype) == jnp.bfloat16 else f32
-      return None if tflops is None else tflops * 1e12
-  return None
+  """FLOP/s of one chip at the compute dtype from its datasheet (models/chip_rates.py), or
+  None if unknown."""
+  rates = chip_rates.find(device.device_kind)
+  return None if rates is None else rates.peak_flops(dtype)
 
 
 @functools.lru_cache(maxsize=None)

@@ -47,19 +47,27 @@ def dropout(x: jax.Array, rate: float, key: jax.Array | None) -> jax.Array:
 
 class LayerNorm(nnx.Module):
   """LayerNorm with float32 statistics; model.layer_norm_backward picks its gradient: `fused`
-  (layer_norm below: one pass) or `autodiff` (jax's, of the same forward)."""
+  (layer_norm below: one pass) or `autodiff` (jax's, of the same forward); `auto`: fused on
+  TPU and GPU, jax's on CPU (`target`: the mesh the model is built for, compile_target.py)."""
 
-  def __init__(self, dim: int, cfg: ModelSettings):
+  def __init__(self, dim: int, cfg: ModelSettings, target: compile_target.Target | None = None):
     self.scale = param(None, (dim,), ("embed",), "ones")
     self.bias = param(None, (dim,), ("embed",), "zeros") if cfg.use_bias else None
     self.eps = cfg.layer_norm_eps
-    self.fused = cfg.layer_norm_backward == "fused"
+    self.fused = fused_layer_norm(cfg.layer_norm_backward, compile_target.platform(target))
 
   def __call__(self, x):
     bias = None if self.bias is None else self.bias[...]
     if self.fused:
       return layer_norm(x, self.scale[...], bias, self.eps)
     return _layer_norm(x, self.scale[...], bias, self.eps)[0]
+
+
+def fused_layer_norm(backward: str, platform: str) -> bool:
+  """model.layer_norm_backward on `platform`. 'auto' is the written-out backward where it was
+  predicted faster (TPU, GPU: fewer bytes and kernels, docs/performance.md) and jax's own on
+  CPU, where the written-out one made a BERT-base step 1.7-2.1x slower (mlmjax.bench)."""
+  return backward == "fused" or (backward == "auto" and platform != "cpu")
 
 
 def _layer_norm(x, scale, bias, eps):
@@ -199,12 +207,12 @@ class Block(nnx.Module):
   def __init__(self, cfg: ModelSettings, rngs, target: compile_target.Target | None = None):
     d, f, std = cfg.hidden_size, cfg.intermediate_size, cfg.initializer_range
     self.attention = SelfAttention(cfg, rngs, target)
-    self.attention_norm = LayerNorm(d, cfg)
+    self.attention_norm = LayerNorm(d, cfg, target)
     self.gated = cfg.mlp != "gelu"
     shape, axes = ((d, 2, f), ("embed", None, "mlp")) if self.gated else ((d, f), ("embed", "mlp"))
     self.mlp_in = Dense(rngs, shape, axes, std, cfg.use_bias)
     self.mlp_out = Dense(rngs, (f, d), ("mlp", "embed"), std, cfg.use_bias)
-    self.mlp_norm = LayerNorm(d, cfg)
+    self.mlp_norm = LayerNorm(d, cfg, target)
     self.activation = jax.nn.silu if cfg.mlp == "swiglu" else functools.partial(
         jax.nn.gelu, approximate=False)
     self.pre_ln = cfg.norm_position == "pre"

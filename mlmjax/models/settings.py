@@ -20,7 +20,7 @@ REMAT = ("none", "dots_saveable", "full")
 DTYPES = ("auto", "float32", "bfloat16")
 POSITIONS = ("learned", "rope")
 NORM_POSITIONS = ("post", "pre")
-LAYER_NORM_BACKWARDS = ("fused", "autodiff")
+LAYER_NORM_BACKWARDS = ("auto", "fused", "autodiff")
 MLPS = ("gelu", "geglu", "swiglu")
 
 

@@ -6,7 +6,8 @@ compile for without having them (jax.experimental.topologies, libtpu / the CUDA 
     v5litepod-16 (v5e-16)     TPU v5e, the number is chips
     v6e-8                     TPU v6e (Trillium), chips
     2xv5p-64                  multi-slice: 2 slices of v5p-64 over the data-center network
-    h100x8, a100x8            one node of 8 NVIDIA GPUs (H100 SXM 80GB, A100 SXM4 80GB)
+    h100x8, h200x8, a100x8    one node of 8 NVIDIA GPUs (H100 SXM 80GB, H200 SXM 141GB,
+                              A100 SXM4 80GB)
 
 A slice's chip grid follows Cloud TPU's shapes: 3D (v4, v5p) from 2x2x1 doubling the
 smallest dimension (v5p-64 = 2x4x4 chips), 2D (v5e, v6e) from 2x2 (v5e-32 = 4x8).
@@ -27,7 +28,7 @@ from mlmjax.parallel import plugins
 GiB = 1024**3
 
 # family -> (topology prefix, cores per chip in the name, 3D, chip_config, HBM bytes per chip):
-# Cloud TPU's published figures. (Rated peaks, by device kind: models/flops.py.)
+# Cloud TPU's published figures. (Peak FLOP/s and bandwidths by device kind: models/chip_rates.py.)
 _TPU = {
     "v4": ("v4", 2, True, "megacore", 32 * GiB),
     "v5p": ("v5", 2, True, "megacore", 95 * GiB),
@@ -38,11 +39,12 @@ _TPU = {
 # name -> (GpuTargetConfig file, HBM bytes).
 _GPU = {
     "h100": ("h100.txtpb", 80 * GiB),
+    "h200": ("h200.txtpb", 150755672064),  # 143,771 MiB, what the driver reports
     "a100": ("a100.txtpb", 80 * GiB),
 }
-_GPU_NAME = re.compile(r"(h100|a100)x(\d+)")
+_GPU_NAME = re.compile(r"(h100|h200|a100)x(\d+)")
 FORMS = ("v4-N, v5p-N (N TensorCores, 2 per chip), v5litepod-N / v5e-N, v6e-N (N chips),"
-         " KxNAME for K slices (2xv5p-64), h100xN, a100xN (N GPUs of one node)")
+         " KxNAME for K slices (2xv5p-64), h100xN, h200xN, a100xN (N GPUs of one node)")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,9 @@ that fits at its first row length is known to fit at its last. Per step and shap
                on v5p-64 with FSDP 32: 96 loops of 16 iterations, ratio 0.74; docs/performance.md).
   collectives  by kind, count and result bytes per device (parallel/hlo.py)
   attention    the fused kernel found in the program (or [] for plain XLA attention)
+  predicted    the step's time on the target, tokens/s and MFU, by class of kernel: a roofline
+               of each kernel at the chip's published rates, calibrated on measured GPU steps
+               (parallel/roofline.py); time_to_train adds up the run's train steps
 
 `cost_analysis()["optimal_seconds"]` is not reported: it came out negative for some programs.
 """
@@ -41,9 +44,11 @@ from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import UserError
 from mlmjax.models import bert as model_lib
+from mlmjax.models import chip_rates
 from mlmjax.models import flops as flops_lib
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
+from mlmjax.parallel import roofline
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import assembly
@@ -82,6 +87,9 @@ def compile_steps(config, target: targets.Target, which=("train", "eval")) -> li
   parts = assembly.Assembly.of(config)  # train.phases parsed: the plan of the run
   config_check.check(parts.settings, parts.plan, len(target.devices), num_processes,
                      platform=target.platform)
+  if target.platform != "cpu":  # the chip's rates, before minutes of compiling: one line
+    chip_rates.get(target.device_kind,  # if the chip or the dtype has none
+                   model_lib.compute_dtype(parts.settings.model.dtype, target.platform))
   with _cudnn_said_in_one_line(parts.settings.model.attention_impl):
     return _compile_steps(parts, target, which)
 
@@ -128,11 +136,13 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
     state = setup.abstract_state
     predicted = phases_lib.predicted_positions(seq_len, slots, objective)
     per_token = parts.flops_per_token(vocab, seq_len, predicted)
+    attention_per_token = 3 * parts.attention_flops_per_token(seq_len)
   else:
     slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
     per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
+    attention_per_token = parts.attention_flops_per_token(seq_len)
   # The held-out batches are MLM's at eval.mask_rate whatever the objective.
   args = (state, parts.batch_spec(mesh, batch, seq_len, slots,
                                   objective if name == "train" else "mlm"))
@@ -149,8 +159,16 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers
   compiled, compile_s = fitted or _compile(name, fn, args, target)
-  return _report(compiled, compile_s, name, settings.model, settings.train.grad_accum_steps,
-                 target, mesh, batch, seq_len, model_flops, seen)
+  out = _report(compiled, compile_s, name, settings.model, settings.train.grad_accum_steps,
+                target, mesh, batch, seq_len, model_flops, seen)
+  out.report["predicted"] = None  # no published rates: this machine's CPU (the fit, tests)
+  if target.platform != "cpu":
+    prediction = roofline.predict(
+        out.hlo_text, target.device_kind,
+        model_lib.compute_dtype(settings.model.dtype, target.platform), mesh.size,
+        attention_per_token * tokens)
+    out.report["predicted"] = prediction.report(tokens, model_flops)
+  return out
 
 
 def _compile(name, fn, args, target) -> tuple:
@@ -214,6 +232,25 @@ def _report(compiled, compile_s: float, name: str, m_cfg: ModelSettings, grad_ac
       "compile_s": round(compile_s, 2),
   }
   return Compiled(report, text)
+
+
+def time_to_train(config, steps: list[Compiled], target: targets.Target) -> dict:
+  """The run's train steps at their predicted times: each phase's steps at its shape's step
+  time (`steps`: compile_steps' reports), in hours and chip-hours on the target. Evaluation,
+  checkpoints and start-up are left out."""
+  plan = assembly.Assembly.of(config).plan
+  seconds, train_steps = 0.0, 0
+  for compiled in steps:
+    report = compiled.report
+    if report["step"] != "train":
+      continue
+    n = sum(plan[i].end - plan[i].start for i in report["phases"])
+    seconds += n * report["predicted"]["step_s"]
+    train_steps += n
+  chips = len(target.devices)  # one device a chip (v4's and v5p's two cores as one)
+  return {"step": "run", "target": target.name, "train_steps": train_steps,
+          "predicted_hours": seconds / 3600, "predicted_days": seconds / 86400,
+          "chips": chips, "chip_hours": seconds / 3600 * chips}
 
 
 # libtpu's words: "... the total memory required for HLO temporaries (108.03G) exceeds

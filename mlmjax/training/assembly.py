@@ -125,3 +125,10 @@ class Assembly:
         s.model, vocab_size, seq_len or s.data.seq_len,
         max_predictions or s.masking.max_predictions_per_seq,
         s.objective.generator_fraction if s.objective.kind == "electra" else None)
+
+  def attention_flops_per_token(self, seq_len: int) -> float:
+    """models/flops.py's forward FLOPs per token of attention's scores and context alone."""
+    s = self.settings
+    return flops.attention_flops_per_token(
+        s.model, seq_len, s.objective.generator_fraction if s.objective.kind == "electra"
+        else None)

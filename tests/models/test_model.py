@@ -8,8 +8,10 @@ from flax import nnx
 
 from mlmjax.models import attention as attention_lib
 from mlmjax.models import bert as model_lib
+from mlmjax.models import compile_target
 from mlmjax.models import layers
 from mlmjax.models.settings import ModelSettings
+from mlmjax.parallel import targets
 
 
 def _model(micro_config, vocab=512):
@@ -255,6 +257,22 @@ def test_layer_norm_fused_backward_equals_jax_derivative(micro_config, dtype, to
   for fused, autodiff in zip(*(jax.tree.leaves(g) for g in grads.values())):
     np.testing.assert_allclose(np.asarray(fused, np.float32), np.asarray(autodiff, np.float32),
                                rtol=tolerance, atol=tolerance * np.abs(autodiff).max())
+
+
+def test_layer_norm_backward_auto_is_fused_on_tpu_and_gpu_and_jax_s_on_cpu(micro_config):
+  """'auto' (the default) by the platform the model is built for: the written-out backward
+  where the compiler showed fewer bytes (TPU, GPU), jax's where it measured faster (CPU)."""
+  assert [layers.fused_layer_norm("auto", p) for p in ("tpu", "gpu", "cpu")] == [
+      True, True, False]
+  assert layers.fused_layer_norm("fused", "cpu") and not layers.fused_layer_norm(
+      "autodiff", "tpu")
+  micro_config.model.layer_norm_backward = "auto"
+  norm = layers.LayerNorm(64, ModelSettings.from_config(micro_config.model))  # this CPU
+  assert not norm.fused
+  mesh = jax.sharding.Mesh(np.array(targets.get("v5p-8").devices), ("data",))
+  norm = layers.LayerNorm(64, ModelSettings.from_config(micro_config.model),
+                          compile_target.Target(mesh, ("data",), ()))
+  assert norm.fused
 
 
 @pytest.mark.slow  # over 5 s: trains the model with each backward

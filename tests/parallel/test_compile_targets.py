@@ -139,8 +139,10 @@ def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
   totals = {}
   matrices = sum(1 for x in jax.tree.leaves(tree["blocks"])  # stored sharded over fsdp
                  if x.ndim >= 2 and "fsdp" in jax.tree.leaves(tuple(x.sharding.spec)))
-  for step in aot.compile_steps(config, target):
+  steps = aot.compile_steps(config, target)
+  for step in steps:
     r = step.report
+    _check_predicted(r)
     assert r["attention_kernels"] == ["splash"], r
     assert r["dtype"] == "bfloat16" and r["devices"] == len(target.devices) and r["fits"]
     assert hlo.largest(step.hlo_text, "all-gather") <= biggest
@@ -153,6 +155,39 @@ def test_tpu_steps_compile_with_splash_on_a_multi_chip_mesh(name, mesh):
     assert all(k.isdigit() and int(k) > 1 for k in r["windowed_einsum_loops"]), r
     totals[r["step"]] = r["memory_bytes"]["total"]
   _check_memory(name, totals, params_bytes)
+  run = aot.time_to_train(config, steps, target)
+  train = next(s.report for s in steps if s.report["step"] == "train")
+  assert run["train_steps"] == config.train.steps and run["chips"] == len(target.devices)
+  assert run["predicted_hours"] == pytest.approx(
+      config.train.steps * train["predicted"]["step_s"] / 3600)
+  assert run["chip_hours"] == pytest.approx(run["predicted_hours"] * len(target.devices))
+
+
+def _check_predicted(r: dict):
+  """The report's predicted time: every class named, their times adding up to the step's, and
+  tokens/s and MFU from it (parallel/roofline.py)."""
+  p = r["predicted"]
+  assert set(p["by_class_s"]) == {"matmul", "attention", "elementwise", "copies",
+                                  "collectives"}, p
+  assert sum(p["by_class_s"].values()) == pytest.approx(p["step_s"]) and p["step_s"] > 0
+  assert p["by_class_s"]["matmul"] > 0 and p["kernel_runs"] >= r["kernels"]["count"], p
+  tokens = r["batch"] * r["seq_len"] / r["devices"]
+  assert p["tokens_per_s_per_device"] == pytest.approx(tokens / p["step_s"])
+  assert 0 < p["mfu"] < 1, p
+
+
+@pytest.mark.slow  # two compiles for a TPU slice
+def test_each_fused_default_is_predicted_faster_than_the_path_it_replaced():
+  """A fusion is the default on TPU and GPU only where the predicted step time falls
+  (parallel/roofline.py): LayerNorm's written-out backward ('auto' there) against jax's, the
+  train step compiled for v5p-8."""
+  target = targets.get("v5p-8")
+  seconds = {}
+  for backward in ("auto", "autodiff"):
+    config = _config(layer_norm_backward=backward, attention_dropout_rate=0.0, num_layers=1)
+    [step] = aot.compile_steps(config, target, which=("train",))
+    seconds[backward] = step.report["predicted"]["step_s"]
+  assert seconds["auto"] < seconds["autodiff"], seconds
 
 
 # A program cut down: a loop fusion whose body holds an add and a nested fusion (as TPU programs
@@ -202,8 +237,10 @@ def test_pallas_gpu_kernel_compiles_on_eight_h100():
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stderr == ""
   reports = [json.loads(line) for line in out.stdout.splitlines()]
-  assert [r["step"] for r in reports] == ["train", "eval"]
-  for r in reports:
+  assert [r["step"] for r in reports] == ["train", "eval", "run"]
+  for r in reports[:2]:
+    _check_predicted(r)
+    assert r["predicted"]["by_class_s"]["attention"] > 0, r  # the Pallas kernels
     assert r["attention_kernels"] == ["pallas_gpu"], r
     assert r["kernels"]["count"] > 10 and r["kernels"]["bytes"] > 0, r
     assert r["device"] == "NVIDIA H100 80GB HBM3" and r["devices"] == 8 and r["fits"]
