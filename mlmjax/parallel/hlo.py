@@ -32,7 +32,19 @@ def shape_bytes(shape: str) -> int:
                  for dt, dims in _ARRAY.findall(shape)))
 
 
-def _instructions(text: str):
+def dims(shape: str) -> list[int]:
+  """The dimensions of an HLO shape's first array (`bf16[8,128]{1,0}` -> [8, 128])."""
+  m = _ARRAY.search(shape)
+  return [int(d) for d in m.group(2).split(",") if d] if m else []
+
+
+def entry_computation(text: str) -> str:
+  """The name of the program's ENTRY computation."""
+  m = re.search(r"^\s*ENTRY\s+%?([\w.\-]+)", text, re.MULTILINE)
+  return m.group(1) if m else ""
+
+
+def instructions(text: str):
   """(computation, name, shape, opcode, line) of every instruction."""
   computation = ""
   for line in text.splitlines():
@@ -47,7 +59,7 @@ def _instructions(text: str):
 
 def _kinds(text: str):
   """(kind, result bytes) of each collective, counted once (see the module docstring)."""
-  for computation, name, shape, op, line in _instructions(text):
+  for computation, name, shape, op, line in instructions(text):
     if computation.startswith("all-reduce-scatter"):
       continue  # the body of a fused reduce-scatter: counted at its fusion
     called = re.search(r"calls=%?([\w.\-]+)", line)
@@ -97,12 +109,12 @@ def windowed_einsum_loops(text: str) -> dict[str, int]:
   collective-permutes between): {iterations: how many loops run that many times}. XLA's
   cost_analysis counts a loop body once, so it sees 1/iterations of their FLOPs."""
   bodies = {}
-  for _, _, _, op, line in _instructions(text):
+  for _, _, _, op, line in instructions(text):
     body = re.search(r"\bbody=%?([\w.\-]+)", line) if op == "while" else None
     if body and "windowed_dot_general" in body.group(1):
       bodies[body.group(1)] = re.search(r"\bcondition=%?([\w.\-]+)", line).group(1)
   limits = {}  # condition computation -> the constant its counter is compared with
-  for computation, _, _, op, line in _instructions(text):
+  for computation, _, _, op, line in instructions(text):
     if computation in bodies.values() and op == "constant":
       limits[computation] = int(re.search(r"constant\((\d+)\)", line).group(1))
   out: dict[str, int] = {}
@@ -118,7 +130,7 @@ def kernels(text: str) -> dict[str, int]:
   bytes of their operands and results added up. A loop's body (a scanned stack) counts once.
   An upper bound on the memory traffic (a kernel reading an operand twice, or a cache hit, is
   not seen), and the measure of fusing work: a fusion that saves a pass saves its bytes."""
-  rows = list(_instructions(text))
+  rows = list(instructions(text))
   fused = {c.group(1) for *_, op, line in rows if op == "fusion"
            for c in [re.search(r"calls=%?([\w.\-]+)", line)] if c}
   size = {name: shape_bytes(shape) for _, name, shape, _, _ in rows}

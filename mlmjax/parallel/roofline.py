@@ -89,13 +89,7 @@ class _Instr:
 
 def _numel(shape: str) -> int:
   """Elements of the first array of an HLO shape (`bf16[8,128]{1,0}`, or a tuple's first)."""
-  m = hlo._ARRAY.search(shape)  # pylint: disable=protected-access
-  return int(np.prod([int(d) for d in m.group(2).split(",") if d])) if m else 0
-
-
-def _dims(shape: str) -> list[int]:
-  m = hlo._ARRAY.search(shape)  # pylint: disable=protected-access
-  return [int(d) for d in m.group(2).split(",") if d] if m else []
+  return math.prod(hlo.dims(shape))
 
 
 @dataclasses.dataclass
@@ -105,19 +99,9 @@ class _Program:
 
   def __post_init__(self):
     self.by_computation: dict[str, list[_Instr]] = {}
-    self.entry = ""
-    computation = ""
-    for line in self.text.splitlines():
-      m = hlo._INSTR.match(line)  # pylint: disable=protected-access
-      if m:
-        self.by_computation.setdefault(computation, []).append(_Instr(computation, *m.groups(),
-                                                                      line))
-        continue
-      c = hlo._COMPUTATION.match(line)  # pylint: disable=protected-access
-      if c:
-        computation = c.group(1)
-        if line.lstrip().startswith("ENTRY"):
-          self.entry = computation
+    for row in hlo.instructions(self.text):
+      self.by_computation.setdefault(row[0], []).append(_Instr(*row))
+    self.entry = hlo.entry_computation(self.text)
     self.shape = {i.name: i.shape for rows in self.by_computation.values() for i in rows}
     self.fused = {c for rows in self.by_computation.values() for i in rows if i.op == "fusion"
                   for c in i.called("calls")}
@@ -204,7 +188,7 @@ def _dot_flops(program: _Program, instr: _Instr) -> float:
   _conv_flops."""
   if instr.op == "convolution":
     return _conv_flops(program, instr)
-  lhs = _dims(program.shape.get(instr.operands[0], ""))
+  lhs = hlo.dims(program.shape.get(instr.operands[0], ""))
   m = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", instr.line)
   contracted = math.prod(lhs[int(d)] for d in m.group(1).split(",") if d) if m else 1
   return 2.0 * _numel(instr.shape) * contracted
@@ -225,9 +209,9 @@ def _conv_flops(program: _Program, instr: _Instr) -> float:
   real tap in a window of several (dim_labels=0b1f_0o1i->01bf, window={size=8x4
   lhs_dilate=8x4}), so taps x window sizes would overcount them."""
   labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", instr.line)
-  lhs = _dims(program.shape.get(instr.operands[0], ""))
-  rhs = _dims(program.shape.get(instr.operands[1], ""))
-  out = _dims(instr.shape)
+  lhs = hlo.dims(program.shape.get(instr.operands[0], ""))
+  rhs = hlo.dims(program.shape.get(instr.operands[1], ""))
+  out = hlo.dims(instr.shape)
   if not labels or not lhs or not rhs:
     return 0.0
   lhs_labels, rhs_labels, out_labels = labels.groups()
@@ -250,7 +234,7 @@ def _conv_flops(program: _Program, instr: _Instr) -> float:
 
 def _gemm_flops(program: _Program, instr: _Instr) -> float:
   """A cuBLAS call's FLOPs, from its backend config's dot dimensions."""
-  lhs = _dims(program.shape.get(instr.operands[0], ""))
+  lhs = hlo.dims(program.shape.get(instr.operands[0], ""))
   m = re.search(r'"lhs_contracting_dimensions"\s*:\s*\[([^\]]*)\]', instr.line)
   dims = [int(d) for d in re.findall(r"\d+", m.group(1))] if m else []
   return 2.0 * _numel(instr.shape) * math.prod(lhs[d] for d in dims if d < len(lhs))
