@@ -24,8 +24,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from mlmjax.models.settings import ModelSettings
 from mlmjax.models import chip_rates
+from mlmjax.models.settings import ModelSettings
 
 def _keys(m: ModelSettings, t: int) -> int:
   """Keys per query summed over the layers (a local layer sees its window)."""
@@ -39,7 +39,7 @@ def _encoder(m: ModelSettings, t: int) -> float:
   """Forward FLOPs per token of one encoder stack."""
   d, f = m.hidden_size, m.intermediate_size
   projections = 2 * (4 * d * d + (2 if m.mlp == "gelu" else 3) * d * f)
-  return m.num_layers * projections + 4 * _keys(m, t) * d
+  return m.num_layers * projections + attention_flops_per_token(m, t)
 
 
 def attention_flops_per_token(m: ModelSettings, seq_len: int,

@@ -240,14 +240,19 @@ def _gemm_flops(program: _Program, instr: _Instr) -> float:
   return 2.0 * _numel(instr.shape) * math.prod(lhs[d] for d in dims if d < len(lhs))
 
 
+def _pass_bytes(program: _Program, instr: _Instr) -> float:
+  """One read of each operand and one write of the result."""
+  return hlo.shape_bytes(instr.shape) + sum(hlo.shape_bytes(program.shape.get(o, ""))
+                                            for o in instr.operands)
+
+
 def _kernel(program: _Program, instr: _Instr, runs: float) -> Kernel:
   if instr.op == "custom-call":
     target = re.search(r'custom_call_target="([^"]+)"', instr.line)
     target = target.group(1) if target else ""
     if target in _NO_WORK_CALLS:
       return Kernel("copies", 0.0, 0.0, runs)
-    nbytes = hlo.shape_bytes(instr.shape) + sum(hlo.shape_bytes(program.shape.get(o, ""))
-                                                for o in instr.operands)
+    nbytes = _pass_bytes(program, instr)
     op_name = re.search(r'op_name="([^"]*)"', instr.line)
     named = target + (op_name.group(1) if op_name else "")
     if any(target.startswith(t) for t in _ATTENTION_CALLS) and not _ATTENTION_AUX.search(named):
@@ -256,8 +261,7 @@ def _kernel(program: _Program, instr: _Instr, runs: float) -> Kernel:
       return Kernel("matmul", _gemm_flops(program, instr), nbytes, runs)
     return Kernel("elementwise", 0.0, nbytes, runs)
   if instr.op != "fusion":  # an unfused instruction: one pass over its operands and result
-    nbytes = hlo.shape_bytes(instr.shape) + sum(hlo.shape_bytes(program.shape.get(o, ""))
-                                                for o in instr.operands)
+    nbytes = _pass_bytes(program, instr)
     kind = ("matmul" if instr.op in ("dot", "convolution") else
             "copies" if instr.op in ("copy", "transpose") else "elementwise")
     flops = _dot_flops(program, instr) if kind == "matmul" else 0.0
