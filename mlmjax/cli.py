@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import gc
 import re
 import sys
 import textwrap
@@ -61,6 +62,10 @@ def run(main, required: tuple[str, ...] = (), arguments: bool = False) -> None:
   """absl's app.run of `main` with the command-line conventions above; `required` names the
   flags that must be given; `arguments`: whether it takes arguments besides flags."""
   plugins.hide()  # for a command that has not imported jax yet (the module docstring)
+  # The command's module has imported the library: those objects live as long as the process.
+  # Frozen, Python's collections no longer walk them: a tiny 8-step run on a 2-core CPU
+  # spends 0.33 s in collections instead of 0.70, and 4.9 s of CPU instead of 5.8.
+  gc.freeze()
   app.run(functools.partial(_run_main, main),
           flags_parser=functools.partial(parse, required=required, arguments=arguments))
 

@@ -8,6 +8,7 @@ synthetic_steps.py import by their bare names. `@pytest.mark.slow` marks the end
 `python -m pytest -m "not slow"` is the fast tier, `python -m pytest` runs everything."""
 
 import atexit
+import gc
 import json
 import logging
 import os
@@ -63,6 +64,8 @@ flags.FLAGS.mark_as_parsed()  # grain's worker processes read absl's flags
 from mlmjax.parallel import plugins
 plugins.hide()
 from mlmjax.training import saved_config, train
+import gc
+gc.freeze()  # as a command does once the library is imported (mlmjax/cli.py)
 train.train_and_evaluate(saved_config.load(sys.argv[1]).settings, sys.argv[2])
 """
 
@@ -114,6 +117,14 @@ def pytest_collection_modifyitems(items):
   for i, item in enumerate(items):
     first.setdefault(file[item], i)
   items.sort(key=lambda item: (-seconds.get(file[item], 0.0), first[file[item]]))
+
+
+def pytest_collection_finish(session):
+  """Collection imported the library and every test module: objects that live as long as the
+  process, frozen so that Python's collections stop walking them (as mlmjax/cli.py does for a
+  command). Measured in the fast tier's two processes: 15.4 s of collections -> 11.4 s."""
+  gc.collect()
+  gc.freeze()
 
 
 def pytest_terminal_summary(terminalreporter):
