@@ -130,6 +130,7 @@ setup(
         # 0.12.4: the GPU machines' (docs/performance.md); checkpoints and resumes checked with it
         "orbax-checkpoint>=0.12.4,<0.13",
         "portpicker>=1.6",  # a free port for the single-process JAX runtime (preemption service)
+        "psutil>=5.9",  # a process's start time off Linux (goodput), the tests' process trees
         "scipy>=1.12",  # GLUE's correlation metrics (fine-tuning); jax needs it anyway
         "sentencepiece>=0.2.0,<0.3",
         "tensorboardX>=2.6",  # TensorBoard event files without tensorflow

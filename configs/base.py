@@ -377,4 +377,29 @@ def get_config() -> ml_collections.ConfigDict:
       ("kv", None),  # the size of one head stays whole
       ("vocab", "tensor"),  # the (tied) token embedding / output bias rows
   )
+
+  # A process that stops making progress ends with its stacks, one `error:` line naming what
+  # it was doing (and, with several processes, the peers it waits for) and exit status 75,
+  # which launch/'s job files restart: the run resumes from its last checkpoint instead of
+  # hanging (training/watchdog.py; docs/goodput.md).
+  config.watchdog = ml_collections.ConfigDict()
+  config.watchdog.enabled = True
+  # A step (or the wait for its input) may take this many times the median step time...
+  config.watchdog.step_multiple = 20.0
+  # ...and at least this long: under jax's own 100 s heartbeat timeout, so that a stopped peer
+  # is named by the others before jax aborts them.
+  config.watchdog.min_step_seconds = 60.0
+  # Limit of compilation and of the steps before 5 steps set a median.
+  config.watchdog.first_step_minutes = 60.0
+  # Limit of a held-out evaluation (its first compiles the eval step).
+  config.watchdog.eval_minutes = 30.0
+  # Limit of a checkpoint save or restore, and of the last save at the end.
+  config.watchdog.save_minutes = 30.0
+  # jax's distributed runtime must start within this long (every process joined the
+  # coordinator); else one line names the coordinator and the processes that never started.
+  config.watchdog.startup_minutes = 10.0
+  # With several processes, one whose own time at a log interval (input waits and host work,
+  # not the waits for the devices) exceeds the others' median by this share of the interval is
+  # named as a straggler in the log and metrics.jsonl; 0: not checked.
+  config.watchdog.straggler_share = 0.1
   return config

@@ -19,10 +19,12 @@ same `python -m mlmjax.main`: on GKE, jax finds its peers from the variables GKE
 multi-process runtime unchanged (mlmjax/parallel/distributed.py). The workdir must be a bucket
 (every pod writes the checkpoint; a pod's disk is gone when it is). A pod that fails fails its
 slice's Job and JobSet restarts the whole set (`failurePolicy.maxRestarts`): the run resumes
-from its last checkpoint.
+from its last checkpoint. That includes a process the watchdog stopped (exit status 75: it made
+no progress; docs/goodput.md).
 
 `xpk` prints (or, without --dry-run, runs) `xpk workload create` with the same command, image,
-TPU type and slices, for clusters made with xpk (MaxText's workflow).
+TPU type, slices and restarts (xpk's own default is none), for clusters made with xpk
+(MaxText's workflow).
 
 The image must hold mlmjax installed with `[tpu,gcs]` (libtpu, and the bucket's client) and the
 configs/ folder in its working directory: launch/Dockerfile builds one (docs/tpu.md).
@@ -117,7 +119,8 @@ def jobset(name: str, tpu: targets.TpuSlice, image: str, command: list[str],
 def xpk_command(args, tpu_type: str, command: list[str]) -> list[str]:
   out = ["xpk", "workload", "create", f"--cluster={args.cluster}", f"--workload={args.name}",
          f"--tpu-type={tpu_type}", f"--num-slices={args.num_slices}",
-         f"--docker-image={args.image}", f"--command={shlex.join(command)}"]
+         f"--docker-image={args.image}", f"--command={shlex.join(command)}",
+         f"--max-restarts={args.max_restarts}"]
   out += [f"--project={args.project}"] * bool(args.project)
   out += [f"--zone={args.zone}"] * bool(args.zone)
   return out
@@ -134,7 +137,7 @@ def _parse(argv: list[str]):
   p.add_argument("--image", required=True, help="a container image with mlmjax[tpu,gcs]")
   p.add_argument("--workdir", required=True, help="the run folder: gs://BUCKET/...")
   p.add_argument("--config", default="configs/tiny.py", help="a preset (bert:base, ...) or a config file in the image's tree")
-  p.add_argument("--max-restarts", type=int, default=4, help="jobset: restarts of the set")
+  p.add_argument("--max-restarts", type=int, default=4, help="restarts of the set (JobSet's failurePolicy, xpk's --max-restarts)")
   p.add_argument("--apply", action="store_true", help="jobset: kubectl apply it")
   p.add_argument("--cluster", default="", help="xpk: the GKE cluster")
   p.add_argument("--project", default="", help="xpk: the GCP project")

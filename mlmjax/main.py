@@ -21,7 +21,9 @@ import jax
 from mlmjax import cli
 from mlmjax.parallel import distributed
 from mlmjax.training import metrics
+from mlmjax.training import run_settings
 from mlmjax.training import train
+from mlmjax.training import watchdog
 
 _CONFIG = cli.define_config_file()
 _WORKDIR = flags.DEFINE_string(
@@ -39,7 +41,15 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0.
 def main(argv):
   del argv
   metrics.quiet_library_logs()
-  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  limits = run_settings.RunSettings.from_config(_CONFIG.value).watchdog
+  startup = None  # several processes: a peer that never joins is named, not waited for
+  if limits.enabled and distributed.several(_COORDINATOR.value, _NUM_PROCESSES.value):
+    startup = watchdog.StartupWatch(_WORKDIR.value, _COORDINATOR.value, _NUM_PROCESSES.value,
+                                    _PROCESS_ID.value, 60 * limits.startup_minutes)
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                         timeout_s=startup.jax_timeout_s if startup else None)
+  if startup:
+    startup.joined()
   if jax.process_index() > 0:  # one progress log per run: process 0's (others warn only)
     logging.set_verbosity(logging.WARNING)
   train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, stop_after=_STOP_AFTER.value)

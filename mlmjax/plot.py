@@ -5,6 +5,10 @@
 Panels: train and held-out loss, accuracy (and a fine-tuning run's dev metrics), learning rate,
 tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs' to
 ./curves.png; the path written is printed.
+
+A pretraining run's goodput across its restarts (training/goodput.py) is printed too, one
+screen: the share of wall time that trained, and where the rest went; and drawn beside the
+curves (WORKDIR/goodput.png: each attempt on the run's timeline).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from absl import flags
 
 from mlmjax import cli
 from mlmjax import errors
+from mlmjax.training import goodput
 from mlmjax.training import learning_curves
 from mlmjax.training import workdir as workdir_lib
 
@@ -35,6 +40,12 @@ def main(argv):
   out = _OUT.value or (workdir_lib.Workdir(workdirs[0]).curves if len(workdirs) == 1
                        else "curves.png")
   print(learning_curves.save_curves(workdirs, out))
+  for path in workdirs:
+    run = workdir_lib.Workdir(path)
+    summaries = goodput.by_process(run.goodput)
+    if summaries:
+      print(f"{path}: {goodput.report(summaries)}")
+      print(goodput.save_picture(run.goodput, run.goodput_picture))
 
 
 if __name__ == "__main__":

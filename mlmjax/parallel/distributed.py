@@ -31,13 +31,20 @@ def _in_a_cluster() -> bool:
   return plugins.tpu_vm() or slurm_tasks > 1
 
 
+def several(coordinator_address: str | None, num_processes: int | None) -> bool:
+  """Whether initialize() starts a runtime of several processes."""
+  return bool(coordinator_address or num_processes) or _in_a_cluster()
+
+
 def initialize(coordinator_address: str | None, num_processes: int | None,
-               process_id: int | None) -> None:
+               process_id: int | None, timeout_s: int | None = None) -> None:
+  """`timeout_s`: how long jax waits for every process to join (default: jax's, 300 s)."""
+  kwargs = {} if timeout_s is None else {"initialization_timeout": timeout_s}
   if coordinator_address or num_processes:
     jax.distributed.initialize(coordinator_address=coordinator_address,
-                               num_processes=num_processes, process_id=process_id)
+                               num_processes=num_processes, process_id=process_id, **kwargs)
   elif _in_a_cluster():
-    jax.distributed.initialize()
+    jax.distributed.initialize(**kwargs)
   else:
     _initialize_single_process()
 

@@ -4,7 +4,7 @@
   assembly.py          a run's parts made from its settings in one place: input, model and
                        optimizer on a mesh, train step, batch shapes, FLOPs
   run_settings.py      RunSettings: every section of a run's config, typed
-  settings.py          the objective.*, train.* and eval.* sections
+  settings.py          the objective.*, train.*, eval.* and watchdog.* sections
   phases.py            phases: length (BERT's 128 then 512), batch, rotary base, mask rate;
                        parsed once into a Plan
   loop.py              the step loop: order of things, preemption, the non-finite policy
@@ -20,6 +20,9 @@
   saved_config.py      a run's config.json read back onto today's defaults
   finished_run.py      a run loaded back from its folder (predict, evaluate, export, finetune)
   metrics.py           metric files, progress lines, tokens/s and MFU
+  goodput.py           where a run's hours went, across restarts (each process's clock)
+  watchdog.py          a process that makes no progress: stacks, one line, exit 75
+  stragglers.py        the process the others wait for, named at each log interval
   learning_curves.py   the curves.png of a run
   config_check.py      every config rule, checked before anything is written
   fit.py               train.fit='auto': micro-batches and remat chosen by real compiles

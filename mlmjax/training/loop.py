@@ -12,6 +12,7 @@ once, so both loops behave alike.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Callable
 
 from absl import logging
@@ -62,9 +63,18 @@ class NonFinitePolicy:
 
 
 class StepLoop:
-  """The loop; a subclass gives its hooks and `self.ckpt` (a checkpoint.Checkpointer)."""
+  """The loop; a subclass gives its hooks and `self.ckpt` (a checkpoint.Checkpointer), and may
+  give a goodput clock (goodput.Clock: the loop says which segment it is in; its watchdog
+  watches them) and set `compiling` when the next train step compiles (a new graph or shape)."""
 
   checkpoint_every: int
+  clock = None  # a goodput.Clock, or None: segments not kept
+  watchdog = None  # a watchdog.Watchdog (on `clock`), told the step times
+  compiling = False
+
+  def _in(self, kind: str) -> None:
+    if self.clock is not None:
+      self.clock.enter(kind)
 
   def before_step(self, step: int) -> None:
     """Called before the step that trains step + 1 (e.g. to open the next phase's input)."""
@@ -102,17 +112,25 @@ class StepLoop:
     `profiler` traces the steps it was asked for (train.profile_steps)."""
     pending = None  # (step, metrics) of the step still in flight
     done = start
+    timed_from = None  # when the last step without an evaluation, save or compile ended
     for step in range(start, last):
+      self._in("input")
       self.before_step(step)
+      batch = self.next_batch(step)
+      compiled = self.compiling
+      self._in("compile" if compiled else "step")
       if profiler:
         profiler.before(step + 1)
-      state, step_metrics = train_step(state, self.next_batch(step))
+      state, step_metrics = train_step(state, batch)
+      self.compiling = False
+      if compiled:
+        self._in("step")
       if profiler:
         profiler.after(step + 1, step_metrics)
       # At most two steps in flight: block on the previous one (needed by the CPU backend
       # with many devices, and free elsewhere since the device is busy with this step).
       if pending is not None:
-        self.record_step(*pending)
+        self._record(*pending)
       pending = (step + 1, step_metrics)
       done = step + 1
       # Every step: after a SIGTERM, all processes agree on a step to save at, then stop.
@@ -122,14 +140,25 @@ class StepLoop:
       save = done % self.checkpoint_every == 0 or final or preempted
       evaluate_now = (self.eval_due(done) or finished) and not preempted
       if save or evaluate_now or self.sync_due(done):
-        self.record_step(*pending)  # what is evaluated or saved below includes step `done`
+        self._record(*pending)  # what is evaluated or saved below includes step `done`
         pending = None
       if evaluate_now and not final:  # before the checkpoint: a complete one implies its eval
+        self._in("eval")
         self.evaluate(done, state)
       if save:
+        self._in("save")
         self.save(done, state)
+        if self.clock is not None:  # what a later attempt may restore
+          self.clock.mark(done)
+          self.clock.write()
       if final and not preempted:
         preempted = self._final_evaluation(done, state, evaluate_now)
+      self._in("step")
+      now = time.monotonic()
+      if self.watchdog is not None and timed_from is not None and not (
+          compiled or save or evaluate_now):
+        self.watchdog.step_time(now - timed_from, done)
+      timed_from = now
       if preempted:
         logging.warning("Preemption notice (SIGTERM): saved the checkpoint of step %d; run"
                         " the same command again to continue from there", done)
@@ -137,14 +166,25 @@ class StepLoop:
       if finished:
         return state, done, False
     if pending is not None:
-      self.record_step(*pending)
+      self._record(*pending)
     return state, done, False
+
+  def _record(self, step: int, device_metrics) -> None:
+    """record_step, its wait for the device counted apart from the loop's own time (what
+    tells a straggler: training/stragglers.py)."""
+    t = time.monotonic()
+    self.record_step(step, device_metrics)
+    if self.clock is not None:
+      self.clock.step_done(step, waited=time.monotonic() - t)
+    if self.watchdog is not None:
+      self.watchdog.at_step(step)
 
   def _final_evaluation(self, step: int, state, due: bool) -> bool:
     """After the last step's checkpoint: waits until it is written, then evaluates if `due`,
     unless a preemption notice comes first or meanwhile (True: the evaluation is left to the
     rerun). So a SIGTERM during the final step or its evaluation (minutes on long rows) loses
     nothing and waits for nothing."""
+    self._in("finish")
     self.ckpt.wait()
     # Past the last step, the agreed step counts these polls (every process polls at the same
     # points). orbax's save thread asks with the saved step as it finishes: only once it has
@@ -156,4 +196,5 @@ class StepLoop:
 
     if notice():
       return True
+    self._in("eval")
     return due and not self.evaluate(step, state, interrupted=notice)

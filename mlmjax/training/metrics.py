@@ -187,7 +187,14 @@ def device_memory(stats: list[dict | None]) -> dict[str, float]:
 
 
 # Metrics that measure the machine, not the model: they differ between identical runs.
-TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction", "memory_peak_gib")
+TIMINGS = ("tokens_per_sec", "mfu", "eta_sec", "input_wait_fraction", "memory_peak_gib",
+           "goodput")
+_TIMING_PREFIXES = ("badput/", "straggler/")  # goodput.py's and stragglers.py's keys
+
+
+def is_timing(key: str) -> bool:
+  """Whether metrics.jsonl's `key` measures the machine (TIMINGS), not the model."""
+  return key in TIMINGS or key.startswith(_TIMING_PREFIXES)
 
 
 def log_progress(step: int, total: int, m: dict[str, float]) -> None:

@@ -1,7 +1,8 @@
 """A pretraining run's settings: the config turned, once, into frozen typed sections.
 
     config (configs/*.py + --config.* flags, a ConfigDict) --RunSettings.from_config-->
-      RunSettings(seed, init_from, data, tokenizer, masking, model, objective, train, mesh, eval)
+      RunSettings(seed, init_from, data, tokenizer, masking, model, objective, train, mesh, eval,
+                  watchdog)
 
 Each section checks the rules of its own keys where it is made (its class); the rules across
 sections and those of the devices are config_check.py's (`checked` runs both). Only the
@@ -22,7 +23,8 @@ from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import ConfigError
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
-from mlmjax.training.settings import EvalSettings, ObjectiveSettings, TrainSettings
+from mlmjax.training.settings import (EvalSettings, ObjectiveSettings, TrainSettings,
+                                     WatchdogSettings)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +41,7 @@ class RunSettings:
   train: TrainSettings
   mesh: MeshSettings
   eval: EvalSettings
+  watchdog: WatchdogSettings
 
   @classmethod
   def from_config(cls, config) -> "RunSettings":
@@ -78,4 +81,4 @@ class RunSettings:
 
 _SECTIONS = {"data": InputSettings, "tokenizer": TokenizerSettings, "masking": MaskingSettings,
              "model": ModelSettings, "objective": ObjectiveSettings, "train": TrainSettings,
-             "mesh": MeshSettings, "eval": EvalSettings}
+             "mesh": MeshSettings, "eval": EvalSettings, "watchdog": WatchdogSettings}

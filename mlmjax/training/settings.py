@@ -166,6 +166,32 @@ class TrainSettings(typed_settings.Section):
                           " rope_base > 0")
 
 
+@dataclasses.dataclass(frozen=True)
+class WatchdogSettings(typed_settings.Section):
+  """config.watchdog, typed (training/watchdog.py reads it)."""
+
+  KEY = "watchdog"
+
+  enabled: bool
+  step_multiple: float
+  min_step_seconds: float
+  first_step_minutes: float
+  eval_minutes: float
+  save_minutes: float
+  startup_minutes: float
+  straggler_share: float
+
+  def __post_init__(self):
+    if self.step_multiple < 1 or min(self.min_step_seconds, self.first_step_minutes,
+                                     self.eval_minutes, self.save_minutes,
+                                     self.startup_minutes) <= 0:
+      raise ConfigError("watchdog.step_multiple must be >= 1 and the watchdog's other limits"
+                        " > 0 (watchdog.enabled=False turns it off)")
+    if not 0 <= self.straggler_share < 1:
+      raise ConfigError(f"watchdog.straggler_share={self.straggler_share} must be in [0, 1)"
+                        " (0: not checked)")
+
+
 def check_nonfinite_policy(policy: str, max_consecutive_skips: int) -> None:
   """Pretraining's and fine-tuning's (training/loop.py)."""
   typed_settings.one_of("train.nonfinite_policy", policy, ("skip", "stop"))

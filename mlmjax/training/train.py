@@ -34,6 +34,7 @@ from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import compile_cache
 from mlmjax.training import config_check
 from mlmjax.training import fit
+from mlmjax.training import goodput
 from mlmjax.training import learning_curves
 from mlmjax.training import loop
 from mlmjax.training import losses
@@ -42,7 +43,9 @@ from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import profiling
 from mlmjax.training import steps
+from mlmjax.training import stragglers
 from mlmjax.training import time_budget
+from mlmjax.training import watchdog as watchdog_lib
 from mlmjax.training.run_settings import RunSettings
 from mlmjax.training.settings import TrainSettings
 from mlmjax.training import workdir as workdir_lib
@@ -118,9 +121,11 @@ def train_and_evaluate(config, workdir: str, stop_after: int | None = None) -> d
   config_check.check(settings, parts.plan)  # before anything is written
   run = workdir_lib.Workdir(workdir)
   run.make_writable()
+  clock = goodput.Clock(run.goodput, jax.process_index())  # from the process's start
+  clock.enter("preparation")
   with workdir_lock.WorkdirLock(run.lock, workdir), compile_cache.enabled(
       settings.train.compilation_cache, run.compile_cache):
-    return _Trainer(parts, run).run(stop_after)
+    return _Trainer(parts, run, clock).run(stop_after)
 
 
 def with_init_from(settings: RunSettings) -> RunSettings:
@@ -134,8 +139,11 @@ def with_init_from(settings: RunSettings) -> RunSettings:
 class _Trainer(loop.StepLoop):
   """One training run; `run()` is the story, the other methods its parts and the loop's hooks."""
 
-  def __init__(self, parts: assembly_lib.Assembly, run: workdir_lib.Workdir):
-    self.workdir = run
+  def __init__(self, parts: assembly_lib.Assembly, run: workdir_lib.Workdir,
+               clock: goodput.Clock):
+    self.workdir, self.clock = run, clock
+    # This process's records of earlier attempts: the goodput of the whole run so far.
+    self.earlier = [r for r in goodput.records(run.goodput) if r["process"] == clock.process]
     self.input = parts.input(run.tokenizers, run.vocab_stats)
     vocab_size = self.input.tokenizer.vocab_size
     self.mesh = sharding.make_mesh(parts.settings.mesh)
@@ -160,6 +168,9 @@ class _Trainer(loop.StepLoop):
     self.budget = (time_budget.TimeBudget(settings.train.budget_hours)
                    if settings.train.budget_hours else None)
     self.budget_spent_at: int | None = None  # the step whose metrics said it was spent
+    self.watchdog = watchdog_lib.Watchdog(settings.watchdog, run.path, clock.process, clock)
+    self.stragglers = stragglers.StragglerCheck(clock, settings.watchdog.straggler_share,
+                                                jax.process_count())
 
   def _open_phase(self, phase: phases_lib.Phase):
     """The input of `phase` (its first batch trains step phase.start + 1), prefetched onto
@@ -167,6 +178,7 @@ class _Trainer(loop.StepLoop):
     if self.data is not None:
       self.data.close()
     self.phase = phase
+    self.compiling = True  # new shapes, or a new graph: the next step's dispatch compiles
     self.train_step, self.eval_step = self._steps_for(phase.rope_base, phase.objective)
     self.data = pipeline.on_mesh(
         self.input.train_iter(phase, phase.start, self.feedback.weights_at,
@@ -188,9 +200,11 @@ class _Trainer(loop.StepLoop):
 
   def _restore(self):
     # The iterator in a checkpoint is that of the phase which trained its last step.
+    self.clock.enter("restore")
     restored = self.ckpt.restore_latest(
         self.setup.abstract_state,
         lambda step: self._open_phase(self.plan.at(max(step - 1, 0))))
+    self.clock.enter("preparation")
     if restored is None:
       self._open_phase(self.plan.phases[0])
       if self.settings.init_from:
@@ -200,6 +214,7 @@ class _Trainer(loop.StepLoop):
                                          self.input.tokenizer)
       logging.info("Starting from scratch in %s", self.workdir.path)
       return 0, self.setup.init_fn()
+    self.clock.restored_step = self.clock.last_step = restored.step
     self.loop.load(restored.host["loop"])
     self.feedback.load(restored.host["feedback"], restored.step)
     if self.budget:
@@ -257,12 +272,15 @@ class _Trainer(loop.StepLoop):
                                         and step > self.budget_spent_at)
     if step % train.log_every_steps == 0 or last_step:
       row = self.loop.end_interval(m)
+      row.update(self.stragglers.check(step))  # a collective: every process, every log step
+      self.clock.write()
       if row:
         row.update(self.throughput.update(step),
                    input_wait_fraction=self.data.take_wait_fraction())
         row.update(metrics_lib.device_memory([d.memory_stats() for d in jax.local_devices()]))
         if self.budget:
           row[time_budget.KEY] = float(m[time_budget.KEY])
+        row.update(goodput.metrics(goodput.summarize(self.earlier + [self.clock.snapshot()])))
         metrics_lib.log_progress(step, train.steps, row)
         self.writer.write(step, row)
 
@@ -332,13 +350,16 @@ class _Trainer(loop.StepLoop):
       state, last, _ = self.run_steps(lambda *args: self.train_step(*args), state, self.start,
                                       last, profiler)
     finally:  # also on errors: let a pending async save finish rather than lose it
+      self.clock.enter("finish")
       profiler.stop()
       self.data.close()
       self.ckpt.close()
       self.writer.close()
+      self.watchdog.close()
     if last > self.start:
       logging.info("Trained steps %d..%d in %.1f s; workdir %s", self.start, last,
                    time.perf_counter() - t0, self.workdir.path)
     if jax.process_index() == 0 and metrics_lib.rows(self.workdir.metrics):
       learning_curves.save_curves([self.workdir.path], self.workdir.curves)
+    self.clock.write()
     return self.eval_metrics

@@ -15,7 +15,12 @@
       metrics.jsonl        one JSON object per logged step
       tensorboard/         event files
       curves.png           loss, accuracy, learning rate and tokens/s over the steps (plot.py)
+      goodput.png          the attempts on the run's timeline, by segment (plot.py)
       lock                 who is training in this workdir (workdir_lock.py)
+      goodput/             each process's clock of each attempt: where its time went
+                           (goodput.py; `python -m mlmjax.plot` sums them up)
+      watchdog/            stacks of a process the watchdog stopped, start-up records of a
+                           run of several processes (watchdog.py)
       compile_cache/       compiled train and eval steps, loaded by a resume instead of
                            compiling again (compile_cache.py; train.compilation_cache)
       finetune/TASK/       a fine-tuning run (mlmjax/finetuning/; TASK.random_init/ its
@@ -53,6 +58,8 @@ class Workdir:
     return paths.join(self.path, name)
 
   config = property(lambda self: self._join("config.json"))
+  goodput = property(lambda self: self._join("goodput"))
+  goodput_picture = property(lambda self: self._join("goodput.png"))
   tokenizer = property(lambda self: self._join("tokenizer.model"))
   hf_tokenizer = property(lambda self: self._join("tokenizer_hf"))
   # Where each kind of tokenizer is kept; a run has one of them.

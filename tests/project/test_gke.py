@@ -95,7 +95,8 @@ def test_apply_dry_run_and_xpk_print_and_run_nothing(tmp_path):
   assert proc.stdout.strip() == (
       "+ xpk workload create --cluster=tpus --workload=bert --tpu-type=v6e-256 --num-slices=2"
       " --docker-image=registry/mlmjax:1 '--command=python -m mlmjax.main"
-      " --config=configs/bert.py:base --workdir=gs://bucket/runs/bert' --zone=us-east5-b")
+      " --config=configs/bert.py:base --workdir=gs://bucket/runs/bert' --max-restarts=4"
+      " --zone=us-east5-b")
   assert "FAKE CALLED" not in proc.stderr
   real = _run("jobset", "--tpu-type=v5p-128", *ARGS, "--apply", tmp_path=tmp_path)
   assert real.returncode == 99 and "FAKE CALLED" in real.stderr  # the real call reaches kubectl

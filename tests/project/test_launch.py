@@ -344,7 +344,8 @@ def test_sbatch_script_key_lines():
     assert expected in directives
   code = [l for l in lines if l.strip() and not l.lstrip().startswith("#")]
   assert code[0] == "set -euo pipefail"
-  assert code[-1] == 'srun --kill-on-bad-exit=1 "${MLMJAX_PYTHON:-python}" -m mlmjax.main "$@"'
+  assert ('srun --kill-on-bad-exit=1 "${MLMJAX_PYTHON:-python}" -m mlmjax.main "$@" ||'
+          ' status=$?') in code and code[-1] == 'exit "$status"'
   # Nothing that jax.distributed.initialize() reads from SLURM by itself, and nothing that
   # would hide a node's other GPUs from a task (jax picks GPU number SLURM_LOCALID).
   for word in ("coordinator", "num_processes", "process_id", "CUDA_VISIBLE_DEVICES",
@@ -367,3 +368,23 @@ def test_sbatch_script_runs_srun_with_the_arguments(sandbox, tmp_path):
       "srun:--config=configs/tiny.py", "srun:--workdir=/shared/t"]
   proc = _run(sandbox, "bash", SBATCH, env=env)
   assert proc.returncode == 2 and proc.stderr.startswith("usage: sbatch launch/slurm_gpu.sbatch")
+
+
+@pytest.mark.parametrize("status,restarts,requeued", [
+    (75, "0", True), (137, "3", True), (75, "4", False), (1, "0", False), (2, "0", False),
+    (0, "0", False)])
+def test_sbatch_script_requeues_a_stalled_or_killed_run_only(sandbox, tmp_path, status,
+                                                             restarts, requeued):
+  """The watchdog's exit (75) or a killed task requeues the job, up to MLMJAX_MAX_RESTARTS
+  (4) times; an error a rerun would repeat (1, 2) or success ends it."""
+  fake_bin = tmp_path / "slurm_bin"
+  fake_bin.mkdir()
+  _write_exe(fake_bin / "srun", f"#!/bin/bash\nexit {status}\n")
+  _write_exe(fake_bin / "scontrol", '#!/bin/bash\necho "scontrol:$*"\n')
+  env = {"PATH": f"{fake_bin}{os.pathsep}{sandbox['env']['PATH']}", "SLURM_JOB_ID": "42",
+         "SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "gpu01", "SLURM_NTASKS": "8",
+         "SLURM_RESTART_COUNT": restarts}
+  proc = _run(sandbox, "bash", SBATCH, "--workdir=/shared/t", env=env)
+  assert proc.returncode == status
+  assert ("scontrol:requeue 42" in proc.stdout) == requeued, proc.stdout
+  assert (f"mlmjax: exit status {status}; requeueing job 42" in proc.stderr) == requeued

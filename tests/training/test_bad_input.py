@@ -22,12 +22,13 @@ pytestmark = pytest.mark.slow  # every test first trains a run, then must leave 
 
 
 def _snapshot(workdir):
-  """Every file under the workdir except logs -> its sha256."""
+  """Every file under the workdir except logs and goodput's records (rewritten as the run goes)
+  -> its sha256."""
   out = {}
   for d, _, files in os.walk(workdir):
     for f in files:
       path = os.path.join(d, f)
-      if "tensorboard" not in path and not f.endswith(".jsonl"):
+      if not any(w in path for w in ("tensorboard", "goodput")) and not f.endswith(".jsonl"):
         out[os.path.relpath(path, workdir)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
   return out
 

@@ -61,7 +61,7 @@ def _final(workdir):
   rows = []
   for line in open(os.path.join(workdir, "metrics.jsonl")):
     row = json.loads(line)
-    rows.append({k: v for k, v in row.items() if k not in metrics.TIMINGS})
+    rows.append({k: v for k, v in row.items() if not metrics.is_timing(k)})
   return state, rows
 
 
