@@ -58,6 +58,10 @@ BEAT_S = 1.0  # how often a process publishes its heartbeat to its peers
 PEER_CHECK_S = 2.0  # how often it reads theirs
 _KEY = "mlmjax_watchdog/"  # the heartbeats' keys in jax's key-value store
 TIMED_STEPS = 5  # step times before the median sets the step limit
+# The kinds with a fixed limit, and its key in WatchdogSettings (minutes). Steps and input
+# waits use first_step_minutes until TIMED_STEPS steps set a median; other kinds: unwatched.
+_MINUTES = {"compile": "first_step_minutes", "eval": "eval_minutes", "save": "save_minutes",
+            "finish": "save_minutes", "restore": "save_minutes"}
 
 # What each segment kind is, in the error line.
 _DOING = {"step": "a train step (waiting for its result; its collectives wait for every"
@@ -165,13 +169,10 @@ class Watchdog:
 
   def limit(self, kind: str) -> float | None:
     s = self.settings
-    if kind in ("step", "input"):
-      if len(self._times) < TIMED_STEPS:
-        return 60 * s.first_step_minutes
+    if kind in ("step", "input") and len(self._times) >= TIMED_STEPS:
       return max(s.step_multiple * statistics.median(self._times), s.min_step_seconds)
-    return {"compile": 60 * s.first_step_minutes, "eval": 60 * s.eval_minutes,
-            "save": 60 * s.save_minutes, "finish": 60 * s.save_minutes,
-            "restore": 60 * s.save_minutes}.get(kind)
+    key = "first_step_minutes" if kind in ("step", "input") else _MINUTES.get(kind)
+    return None if key is None else 60 * getattr(s, key)
 
   def close(self) -> None:
     """Stops watching; the peers are told this process is done (not silent)."""
@@ -238,8 +239,7 @@ class Watchdog:
       return (f"{s.step_multiple:g} x the median step {statistics.median(self._times):.3g} s,"
               f" at least {s.min_step_seconds:g} s: watchdog.step_multiple,"
               f" watchdog.min_step_seconds")
-    key = {"eval": "eval_minutes", "save": "save_minutes", "finish": "save_minutes",
-           "restore": "save_minutes"}.get(kind, "first_step_minutes")
+    key = _MINUTES.get(kind, "first_step_minutes")
     return f"watchdog.{key}={getattr(s, key):g}"
 
   def _fire(self, message: str) -> None:

@@ -27,8 +27,9 @@ OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.train.eval_batches=1", "--config.watchdog.min_step_seconds=4"]
 
 
-def _start(workdir, tokenizer_path, extra, processes=1, tag="run"):
-  """mlmjax.main on `processes` processes; stderr to WORKDIR.TAG.PROCESS.log."""
+def _start(workdir, tokenizer_path, extra, processes=1, tag="run", started=None):
+  """mlmjax.main as `processes` processes (those of ids `started`: all by default); stderr to
+  WORKDIR.TAG.PROCESS.log."""
   cmd = [sys.executable, "-m", "mlmjax.main", "--config=configs/tiny.py",
          f"--workdir={workdir}", f"--config.tokenizer.path={tokenizer_path}", *OVERRIDES,
          *extra]
@@ -40,6 +41,8 @@ def _start(workdir, tokenizer_path, extra, processes=1, tag="run"):
     cmds = [cmd]
   procs = []
   for i, c in enumerate(cmds):
+    if started is not None and i not in started:
+      continue
     log = open(f"{workdir}.{tag}.{i}.log", "w", encoding="utf-8")
     procs.append(subprocess.Popen(c, cwd=REPO, env=user_env(), stdout=subprocess.DEVNULL,
                                   stderr=log))
@@ -222,3 +225,27 @@ def test_a_slow_input_is_named_a_straggler_and_a_blocked_loop_ends_both_processe
   assert "in waiting for the next input batch" in second
   assert re.search(r"in a train step .*; waiting for: process 1 \(\S+\) alive in input at"
                    r" step \d+", first), first
+
+
+def test_a_peer_that_never_starts_is_named_at_the_start(tokenizer_path, tmp_path):
+  """Process 0 of two started alone: jax's runtime waits for process 1 (by itself, until its
+  initialization timeout, then a C++ abort); the start-up watch ends it at its limit with the
+  coordinator and the process that left no start-up record in this attempt."""
+  workdir = str(tmp_path / "run")
+  folder = os.path.join(workdir, "watchdog")
+  os.makedirs(folder)
+  with open(os.path.join(folder, "joined.1.json"), "w", encoding="utf-8") as f:
+    json.dump({"t": time.time() - 3600, "host": "h", "pid": 1}, f)  # an earlier attempt's
+  started = time.monotonic()
+  [proc] = _start(workdir, tokenizer_path, ["--config.watchdog.startup_minutes=0.1"],
+                  processes=2, tag="alone", started=[0])
+  assert proc.wait(timeout=120) == watchdog.EXIT_STATUS
+  assert time.monotonic() - started < 60
+  [line] = _errors(_log(workdir, "alone"))
+  assert re.fullmatch(re.escape("error: watchdog: jax's distributed runtime did not start within"
+                                " 6 s (watchdog.startup_minutes): the coordinator is 127.0.0.1:")
+                      + r"\d+" + re.escape(
+                          f" (process 0); no start-up record in {folder} from process(es) 1 in"
+                          f" this attempt: never started?; stacks in {folder}/stacks.0.txt;"
+                          " exiting with status 75 so that the launcher restarts the run from"
+                          " its last checkpoint"), line), line
