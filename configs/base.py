@@ -399,7 +399,7 @@ def get_config() -> ml_collections.ConfigDict:
   # coordinator); else one line names the coordinator and the processes that never started.
   config.watchdog.startup_minutes = 10.0
   # With several processes, one whose own time at a log interval (input waits and host work,
-  # not the waits for the devices) exceeds the others' median by this share of the interval is
-  # named as a straggler in the log and metrics.jsonl; 0: not checked.
+  # not the waits for the devices) exceeds the others' median by this share of the interval
+  # (and by at least 1 s) is named as a straggler in the log and metrics.jsonl; 0: not checked.
   config.watchdog.straggler_share = 0.1
   return config

@@ -6,8 +6,9 @@ differs is each process's own time: its input waits and its host work, the time 
 blocked on the devices' results (goodput.Clock.own_seconds). Each process's own time over the
 interval is gathered (one small collective per log interval: every process logs at the same
 steps); a process whose own time exceeds the median of the others' by more than
-`watchdog.straggler_share` of the interval is named in the log, with its host, and in
-metrics.jsonl (`straggler/process_P`: its excess as a share of the interval). A process slow on
+`watchdog.straggler_share` of the interval, and by at least MIN_EXCESS_S (a short interval's
+jitter is no straggler), is named in the log, with its host, and in metrics.jsonl
+(`straggler/process_P`: its excess as a share of the interval). A process slow on
 its devices (a throttled chip) is not seen this way: its own time is not larger.
 """
 
@@ -21,17 +22,20 @@ from absl import logging
 
 from mlmjax.parallel import distributed
 
+MIN_EXCESS_S = 1.0  # an excess under this is never a straggler, whatever its share
 
-def named(own_s: list[float], interval_s: float, share: float) -> dict[int, float]:
+
+def named(own_s: list[float], interval_s: float, share: float,
+          min_excess_s: float = MIN_EXCESS_S) -> dict[int, float]:
   """{process: its excess over the others' median own time, as a share of the interval} of
-  the processes whose excess is over `share`."""
+  the processes whose excess is over `share` of the interval and at least `min_excess_s`."""
   out = {}
   if len(own_s) < 2 or interval_s <= 0:
     return out
   for p, own in enumerate(own_s):
-    excess = (own - statistics.median(own_s[:p] + own_s[p + 1:])) / interval_s
-    if excess > share:
-      out[p] = excess
+    excess_s = own - statistics.median(own_s[:p] + own_s[p + 1:])
+    if excess_s > share * interval_s and excess_s >= min_excess_s:
+      out[p] = excess_s / interval_s
   return out
 
 

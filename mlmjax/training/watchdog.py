@@ -16,9 +16,10 @@ and to WORKDIR/watchdog/stacks.PROCESS.txt, records the goodput clock, prints on
 
   error: watchdog: no progress for 31 s in a train step at step 12 (limit 30 s: ...); ...
 
-and exits with status EXIT_STATUS (75, sysexits' EX_TEMPFAIL: try again), which the launchers
-in launch/ restart; the run then resumes from its last checkpoint. jax offers no public view
-of what a pending collective waits for, so in a run of several processes each process
+ends its child processes (grain's input workers) and exits with status EXIT_STATUS (75,
+sysexits' EX_TEMPFAIL: try again), which the launchers in launch/ restart; the run then
+resumes from its last checkpoint. jax offers no public view of what a pending collective
+waits for, so in a run of several processes each process
 publishes a heartbeat (its step and segment, once a second) in jax's distributed key-value
 store, and the line names the peers: silent ones (stopped, or their host gone) and live ones
 elsewhere (e.g. still waiting for their input). A peer whose heartbeat stays unchanged for
@@ -47,6 +48,7 @@ import threading
 import time
 
 from absl import logging
+import psutil
 
 from mlmjax import paths
 
@@ -121,7 +123,22 @@ def stop(message: str, stacks_file: str, before_exit=lambda: None,
           file=sys.stderr, flush=True)
     linger()
   finally:
+    _end_children()
     os._exit(EXIT_STATUS)  # pylint: disable=protected-access  # from a thread, at once
+
+
+def _end_children() -> None:
+  """SIGKILL to this process's children (grain's input workers): os._exit skips the exit
+  handler of multiprocessing that would end them, and they would outlive the run."""
+  try:
+    children = psutil.Process().children(recursive=True)
+  except psutil.Error:
+    return
+  for child in children:
+    try:
+      child.kill()
+    except psutil.Error:
+      pass
 
 
 class Watchdog:

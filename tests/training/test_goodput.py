@@ -81,6 +81,9 @@ def test_a_straggler_is_the_process_over_the_others_median_by_the_share():
   assert stragglers.named([1.0, 2.0], 10.0, 0.1) == {}  # 1 s over the other: exactly 10%
   assert stragglers.named([1.0, 2.01], 10.0, 0.1) == {1: pytest.approx(0.101)}
   assert stragglers.named([9.0], 10.0, 0.1) == {}  # one process: no one to compare with
+  # 35 ms over the other in a 0.5 s interval: 7%, over a 5% share, but under the 1 s floor.
+  assert stragglers.named([0.01, 0.045], 0.5, 0.05) == {}
+  assert stragglers.named([0.01, 1.01], 5.0, 0.05) == {1: pytest.approx(0.2)}
 
 
 def _settings(**kw):
