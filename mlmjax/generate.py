@@ -4,11 +4,15 @@ masked-diffusion run (configs/diffusion.py), and of any MLM run.
   python -m mlmjax.generate --workdir=runs/diffusion --length=32 --num_samples=4
   python -m mlmjax.generate --workdir=runs/diffusion --length=24 "In the beginning God"
   python -m mlmjax.generate --workdir=runs/diffusion "And God [MASK] [MASK] [MASK] the light"
+  python -m mlmjax.generate --workdir=runs/diffusion --length=32 --threshold=0.9
 
 Without a text: --num_samples texts from nothing (all --length tokens [MASK]). A text without
 [MASK]: a prompt, continued by --length tokens. A text with [MASK]s: each [MASK] one token to
 fill, the rest kept as it is. Texts are generated together, as one batch; each is printed with
-what was generated in [brackets], then the generation speed.
+what was generated in [brackets], then the generation speed. With --threshold a step keeps
+every prediction the model is that sure of (models/unmasking.py): fewer steps where it is sure.
+With --score=CLM_RUN the texts are scored: generative perplexity under that causal-LM run,
+token entropy, repeated 4-grams (models/sample_quality.py).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from absl import flags
 
 from mlmjax import cli
+from mlmjax.models import sample_quality
 from mlmjax.models import unmasking
 from mlmjax.training import finished_run
 from mlmjax.training import metrics
@@ -32,8 +37,8 @@ _LENGTH = flags.DEFINE_integer("length", 32, "Tokens to generate: from nothing, 
                                " prompt (a text without [MASK]).", lower_bound=1)
 _NUM_SAMPLES = flags.DEFINE_integer("num_samples", 1, "Texts to generate from nothing (when no"
                                     " text is given).", lower_bound=1)
-_STEPS = flags.DEFINE_integer("steps", 32, "Denoising steps (forward passes) in all.",
-                              lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps", 32, "Denoising steps (forward passes) in all, on the"
+                              " fixed schedule (without --threshold).", lower_bound=1)
 _BLOCK_LENGTH = flags.DEFINE_integer("block_length", 0, "Semi-autoregressive blocks of this"
                                      " many tokens, left to right (0: one block).",
                                      lower_bound=0)
@@ -42,12 +47,20 @@ _REMASKING = flags.DEFINE_enum("remasking", "low_confidence", unmasking.REMASKIN
 _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0: the most likely tokens; > 0: sampled"
                                   " at this temperature.", lower_bound=0.0)
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the sampling: the same seed, the same text.")
+_SCORE = flags.DEFINE_string("score", None, "A causal-LM run's workdir (objective.kind=clm,"
+                              " on the same corpus): the texts' generative perplexity under it,"
+                              " their token entropy and repeated 4-grams"
+                              " (models/sample_quality.py).")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.0, "> 0: each step keeps every prediction the"
+                                " model gives at least this probability (at least one per"
+                                " block), as many steps as that takes (Fast-dLLM's parallel"
+                                " decoding; 0.9 in its paper); 0: --steps steps.")
 
 
 def main(argv):
   texts = argv[1:]
   sampling = unmasking.Sampling(_STEPS.value, _BLOCK_LENGTH.value, _REMASKING.value,
-                                _TEMPERATURE.value, _SEED.value)
+                                _TEMPERATURE.value, _SEED.value, _THRESHOLD.value)
   metrics.quiet_library_logs()
   run = finished_run.load(_WORKDIR.value, _STEP.value)
   ids = unmasking.rows([run.encode_masked(t) for t in texts or [""] * _NUM_SAMPLES.value],
@@ -62,6 +75,12 @@ def main(argv):
   made = int((filled_at >= 0).sum())
   print(f"{made} tokens in {int(filled_at.max()) + 1} steps, {seconds:.2f} s:"
         f" {made / seconds:,.0f} tokens/s")
+  if _SCORE.value:
+    reference = finished_run.load(_SCORE.value)
+    perplexity = sample_quality.generative_perplexity(reference.next_token_log_probs, out)
+    print(f"generative perplexity {perplexity:.2f} under {_SCORE.value} (step"
+          f" {reference.step}); token entropy {sample_quality.token_entropy(out):.3f} nats;"
+          f" repeated 4-grams {100 * sample_quality.repeated_ngrams(out):.1f}%")
 
 
 if __name__ == "__main__":

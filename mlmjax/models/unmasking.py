@@ -12,10 +12,16 @@ kept, the rest masked again for the next step. The sampling's settings:
   temperature     0: the most likely token at each position; > 0: sampled at this temperature
                   (Gumbel-max), so each seed gives other text
   seed            the draws of temperature sampling and random remasking: same seed, same text
+  threshold       0: the fixed schedule below; > 0: Fast-dLLM's confidence-aware parallel
+                  decoding (Wu et al. 2025): each step keeps every masked position of the
+                  block whose prediction the model gives at least this probability, and at
+                  least the surest one; `steps` is then unused, each block taking as many steps
+                  as its predictions need (at most one per position)
 
-Each step of a block keeps an even share of the block's masked positions, the remainder in its
-first steps, so every block (and the whole text) is unmasked after its steps. Special tokens are
-never generated. The model is a function `logits_fn(ids [B, L]) -> logits [B, L, V]`.
+On the fixed schedule each step of a block keeps an even share of the block's masked
+positions, the remainder in its first steps, so every block (and the whole text) is unmasked
+after its steps. Special tokens are never generated. The model is a function
+`logits_fn(ids [B, L]) -> logits [B, L, V]`.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Sampling:
   remasking: str = "low_confidence"
   temperature: float = 0.0
   seed: int = 0
+  threshold: float = 0.0
 
   def __post_init__(self):
     if self.steps < 1:
@@ -52,6 +59,12 @@ class Sampling:
     if not self.temperature >= 0:
       raise UserError(f"--temperature={self.temperature} must be >= 0 (0: the most likely"
                       " token)")
+    if not 0 <= self.threshold < 1:
+      raise UserError(f"--threshold={self.threshold} must be in [0, 1) (0: the fixed schedule"
+                      " of --steps)")
+    if self.threshold and self.remasking != "low_confidence":
+      raise UserError(f"--threshold needs --remasking=low_confidence: {self.remasking}"
+                      " remasking gives no confidence to compare with it")
 
 
 def rows(encoded: list[list[int]], length: int, limit: int) -> np.ndarray:
@@ -98,7 +111,7 @@ def generate(logits_fn: Callable[[np.ndarray], np.ndarray], ids: np.ndarray,
   size = sampling.block_length or max(int(masked.sum(axis=1).max()), 1)
   block = np.where(masked, rank // size, -1)
   num_blocks = int(block.max()) + 1
-  if num_blocks > sampling.steps:
+  if num_blocks > sampling.steps and not sampling.threshold:
     raise UserError(f"--steps={sampling.steps} is fewer than the {num_blocks} blocks of"
                     f" --block_length={sampling.block_length}: each block needs a step")
   filled_at = np.full(ids.shape, -1, np.int64)
@@ -108,13 +121,18 @@ def generate(logits_fn: Callable[[np.ndarray], np.ndarray], ids: np.ndarray,
     # No more steps than the block has positions: a step that fills nothing changes nothing.
     block_steps = max(min(int(block_steps), int(in_block.sum(axis=1).max())), 1)
     shares = even_shares(in_block.sum(axis=1), block_steps)  # [B, block_steps]
-    for s in range(block_steps):
-      prediction, confidence = _predict(logits_fn(ids), sampling, rng)
+    for s in itertools.count():
       open_ = in_block & (ids == special_ids.MASK_ID)
+      if not open_.any():  # after block_steps steps on the fixed schedule
+        break
+      prediction, confidence = _predict(logits_fn(ids), sampling, rng)
       confidence = np.where(open_, confidence, -np.inf)
-      # The shares[:, s] most confident open positions of each row (place 0: the surest).
+      # Each row's open positions by confidence (place 0: the surest).
       place = np.argsort(np.argsort(-confidence, axis=1, kind="stable"), axis=1)
-      keep = open_ & (place < shares[:, s:s + 1])
+      if sampling.threshold:  # those the model is that sure of, and at least the surest
+        keep = open_ & ((confidence >= sampling.threshold) | (place == 0))
+      else:  # the shares[:, s] surest
+        keep = open_ & (place < shares[:, s:s + 1])
       ids = np.where(keep, prediction, ids)
       filled_at[keep] = step
       step += 1

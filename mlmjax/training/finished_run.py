@@ -19,6 +19,7 @@ from mlmjax.training import config_check
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
+from mlmjax.models import bert
 from mlmjax.models import special_ids
 from mlmjax.training.run_settings import RunSettings
 
@@ -68,13 +69,45 @@ class FinishedRun:
   def mlm_logits(self, ids: np.ndarray) -> np.ndarray:
     """[B, L] ids, each row one text followed by [PAD]s -> the MLM head's logits at every
     position [B, L, V]."""
-    rows, length = ids.shape
-    batch = {"input_ids": ids.astype(np.int32),
-             "segment_ids": (ids != special_ids.PAD_ID).astype(np.int32),
-             "positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape),
-             "token_type_ids": np.zeros(ids.shape, np.int32),
-             "masked_positions": np.broadcast_to(np.arange(length, dtype=np.int32), ids.shape)}
-    return np.asarray(self.forward(batch)["mlm_logits"])
+    return np.asarray(self.forward(_batch(ids))["mlm_logits"])
+
+  @functools.cached_property
+  def _causal_log_probs(self):
+    graphdef = self.graphdef
+
+    def log_probs(params, batch):  # a fresh model each trace: causal is set on it alone
+      out = nnx.merge(graphdef, params).next_token_features(batch)
+      logits = bert.decode(out["clm_features"], out["decoder"], out["decoder_bias"])
+      return jax.nn.log_softmax(logits, axis=-1)
+    return jax.jit(log_probs)
+
+  def causal_log_probs(self, ids: np.ndarray) -> np.ndarray:
+    """[B, L] ids, each row one text followed by [PAD]s -> [B, L, V]: at each position, the
+    log-probabilities of its token given the tokens before it, the model attending causally
+    (position 0's are zeros: nothing precedes it). A causal-LM run's (objective.kind='clm'):
+    it scores text (models/sample_quality.py), and unmasking one position at a time left to
+    right (models/unmasking.py, block_length=1) samples from it."""
+    objective = self.plan.at(max(self.step - 1, 0)).objective  # the checkpoint's phase
+    if objective != "clm":
+      raise errors.UserError(f"the run's checkpoint of step {self.step} was trained on"
+                             f" {objective}; scoring text needs a causal-LM run"
+                             " (--config.objective.kind=clm)")
+    log_probs = np.asarray(self._causal_log_probs(self.state["params"], _batch(ids)))
+    return np.concatenate([np.zeros_like(log_probs[:, :1]), log_probs], axis=1)
+
+  def next_token_log_probs(self, ids: np.ndarray) -> np.ndarray:
+    """[B, L-1]: the log-probability causal_log_probs gives each token of ids[:, 1:]."""
+    return np.take_along_axis(self.causal_log_probs(ids)[:, 1:], ids[:, 1:, None],
+                              axis=-1)[..., 0]
+
+
+def _batch(ids: np.ndarray) -> dict[str, np.ndarray]:
+  """The model's batch of [B, L] ids, each row one text followed by [PAD]s; every position
+  predicted."""
+  every = np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape)
+  return {"input_ids": ids.astype(np.int32),
+          "segment_ids": (ids != special_ids.PAD_ID).astype(np.int32), "positions": every,
+          "token_type_ids": np.zeros(ids.shape, np.int32), "masked_positions": every}
 
 
 def load(path: str, step: int | None = None, mesh: jax.sharding.Mesh | str | None = None

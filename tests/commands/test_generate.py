@@ -33,6 +33,16 @@ def workdir(tmp_path_factory, tokenizer_path):
 
 
 @pytest.fixture(scope="module")
+def clm_workdir(tmp_path_factory, tokenizer_path):
+  """A micro causal-LM run of 8 steps: the reference that scores generated text."""
+  config = micro(tokenizer_path)
+  config.objective.kind = "clm"
+  path = str(tmp_path_factory.mktemp("generate") / "clm")
+  train.train_and_evaluate(config, path)
+  return path
+
+
+@pytest.fixture(scope="module")
 def run(workdir):
   return finished_run.load(workdir)
 
@@ -78,6 +88,46 @@ def test_each_step_keeps_the_predictions_the_model_is_surest_of():
   out, filled_at = unmasking.generate(logits_fn, ids, unmasking.Sampling(steps=3))
   assert filled_at[0].tolist() == [-1, 2, 0, 1, 0, 1, 2, -1]
   assert out[0, 1:7].tolist() == [11, 12, 13, 14, 15, 16]
+
+
+def test_a_threshold_keeps_every_prediction_that_sure_and_at_least_the_surest():
+  """Fast-dLLM's parallel decoding by hand. Row 0: the margins of the test above, whose
+  probabilities e^m / (e^m + 26) are 0.060, 0.436, 0.095, 0.677, 0.221, 0.047 at positions 1-6;
+  at 0.3 the first step keeps the two over it (4 and 2), then none is, and each step keeps the
+  surest left (5, 3, 1, 6). Row 1: every position at 0.85: all in the first step. The rows
+  share the model's calls: 5, for 12 tokens."""
+  ids = np.array([[special_ids.CLS_ID] + [MASK] * 6 + [special_ids.SEP_ID]] * 2)
+  margins = [{1: 0.5, 2: 3.0, 3: 1.0, 4: 4.0, 5: 2.0, 6: 0.25}, dict.fromkeys(range(1, 7), 5.0)]
+  calls = []
+
+  def logits_fn(x):
+    calls.append(x.copy())
+    assert len(calls) <= 6, "a step kept nothing"  # at least one a step: 6 calls at most
+    logits = np.zeros((2, 8, 32), np.float32)
+    for row, margin in enumerate(margins):
+      for j, m in margin.items():
+        logits[row, j, 10 + j] = m
+    return logits
+
+  sampling = unmasking.Sampling(steps=3, threshold=0.3)
+  out, filled_at = unmasking.generate(logits_fn, ids, sampling)
+  assert filled_at.tolist() == [[-1, 3, 0, 2, 0, 1, 4, -1], [-1, 0, 0, 0, 0, 0, 0, -1]]
+  assert len(calls) == 5 and (out[:, 1:7] == np.arange(11, 17)).all()
+  # A block is finished before the next begins, on as many steps as it takes: blocks of 3.
+  calls.clear()
+  _, filled_at = unmasking.generate(logits_fn, ids, unmasking.Sampling(
+      steps=1, block_length=3, threshold=0.3))
+  assert filled_at.tolist() == [[-1, 2, 0, 1, 3, 4, 5, -1], [-1, 0, 0, 0, 3, 3, 3, -1]]
+
+
+def test_a_threshold_needs_the_model_s_confidence():
+  with pytest.raises(UserError) as e:
+    unmasking.Sampling(steps=4, threshold=0.9, remasking="random")
+  assert str(e.value) == ("--threshold needs --remasking=low_confidence: random remasking gives"
+                          " no confidence to compare with it")
+  with pytest.raises(UserError) as e:
+    unmasking.Sampling(steps=4, threshold=1.0)
+  assert str(e.value) == "--threshold=1.0 must be in [0, 1) (0: the fixed schedule of --steps)"
 
 
 @pytest.mark.parametrize("temperature", [0.5, 2.0])
@@ -151,7 +201,8 @@ def test_bad_sampling_and_too_long_texts_are_one_line(run):
 def test_the_command_prints_each_text_and_its_speed_and_repeats_with_a_seed(workdir):
   line = ["mlmjax.generate", f"--workdir={workdir}", "--length=5", "--steps=5",
           "--temperature=1.0", "--seed=3", "In the beginning God", "And God [MASK] the light"]
-  first, again = command_lines.run([line, line], env=user_env())
+  parallel = line[:4] + ["--threshold=0.2"] + line[6:]  # greedy, as many steps as it takes
+  first, again, fast = command_lines.run([line, line, parallel], env=user_env())
   assert first.returncode == 0, first.stderr[-2000:]
   lines = first.stdout.splitlines()
   assert lines[0] == f"checkpoint step 30 of {workdir} (diffusion)"
@@ -159,3 +210,48 @@ def test_the_command_prints_each_text_and_its_speed_and_repeats_with_a_seed(work
   assert lines[2].startswith("And God [") and lines[2].endswith("] the light")
   assert re.fullmatch(r"6 tokens in 5 steps, [0-9.]+ s: [0-9,]+ tokens/s", lines[3]), lines[3]
   assert again.stdout.splitlines()[:3] == lines[:3]
+  assert fast.returncode == 0, fast.stderr[-2000:]
+  steps = int(re.fullmatch(r"6 tokens in (\d) steps, .*", fast.stdout.splitlines()[3]).group(1))
+  assert 1 <= steps <= 5  # each step keeps at least one of the longest text's 5 [MASK]s
+
+
+@pytest.mark.slow  # two trained models
+def test_a_causal_run_scores_each_token_from_the_ones_before_it(run, clm_workdir):
+  """The reference's log-probabilities: a token's depends on the tokens before it, never on
+  those after; sampled from left to right; a run trained on another objective is refused in
+  one line."""
+  reference = finished_run.load(clm_workdir)
+  ids = _rows(run, ["In the beginning God created the heaven and the earth"], 0, 1)
+  changed = ids.copy()
+  changed[0, 6] = ids[0, 3]  # the 7th token
+  before, after = reference.next_token_log_probs(ids), reference.next_token_log_probs(changed)
+  assert before.shape == (1, ids.shape[1] - 1) and (before < 0).all()
+  np.testing.assert_array_equal(before[0, :5], after[0, :5])  # tokens 2-6: only what precedes
+  assert not np.array_equal(before[0, 5:], after[0, 5:])
+  # Unmasked one position at a time, left to right, it samples from the reference: greedily,
+  # each token the most likely after the ones before it.
+  nothing = _rows(run, [], 10, 1)
+  out, _ = unmasking.generate(reference.causal_log_probs, nothing,
+                              unmasking.Sampling(steps=10, block_length=1))
+  log_probs = reference.causal_log_probs(out)[0, 1:11, special_ids.NUM_SPECIAL:]
+  assert out[0, 1:11].tolist() == (special_ids.NUM_SPECIAL + log_probs.argmax(-1)).tolist()
+  with pytest.raises(UserError) as e:
+    run.next_token_log_probs(ids)
+  assert str(e.value) == ("the run's checkpoint of step 30 was trained on diffusion; scoring"
+                          " text needs a causal-LM run (--config.objective.kind=clm)")
+
+
+@pytest.mark.slow  # two trained models
+def test_the_command_scores_what_it_generates(workdir, clm_workdir):
+  line = ["mlmjax.generate", f"--workdir={workdir}", "--length=8", "--num_samples=3",
+          "--temperature=1.0", f"--score={clm_workdir}"]
+  scored, refused = command_lines.run([line, line[:-1] + [f"--score={workdir}"]],
+                                      env=user_env())
+  assert scored.returncode == 0, scored.stderr[-2000:]
+  assert re.fullmatch(
+      r"generative perplexity [0-9.]+ under " + re.escape(clm_workdir) + r" \(step 8\);"
+      r" token entropy [0-9.]+ nats; repeated 4-grams [0-9.]+%", scored.stdout.splitlines()[-1])
+  assert refused.returncode == 1
+  assert refused.stderr.strip().splitlines()[-1] == (
+      "error: the run's checkpoint of step 30 was trained on diffusion; scoring text needs a"
+      " causal-LM run (--config.objective.kind=clm)")
