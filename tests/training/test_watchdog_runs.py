@@ -132,6 +132,7 @@ def test_an_input_stall_and_a_kill_are_restarts_that_goodput_accounts_for(tokeni
   _signal_all(workers, signal.SIGSTOP)
   assert proc.wait(timeout=120) == watchdog.EXIT_STATUS
   _, alive = psutil.wait_procs(workers, timeout=10)
+  _signal_all(alive, signal.SIGKILL)
   assert not alive  # the watchdog ended its input workers: nothing outlives the run
   [line] = _errors(_log(workdir, "stall"))
   assert re.match(r"error: watchdog: no progress for \d+ s in waiting for the next input batch"
