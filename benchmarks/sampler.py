@@ -87,10 +87,8 @@ def _print(name, temperature, calls, out, filled_at, seconds, reference):
       "sampler": name, "temperature": temperature, "model_calls": calls,
       "tokens_per_text_per_call": round(tokens / calls / texts, 2),
       "ms_per_token": round(1e3 * seconds / tokens, 3),
-      "generative_perplexity": round(sample_quality.generative_perplexity(
-          reference.next_token_log_probs, out), 2),
-      "token_entropy": round(sample_quality.token_entropy(out), 3),
-      "repeated_4grams": round(sample_quality.repeated_ngrams(out), 4)}), flush=True)
+      **{k: round(v, 4) for k, v in sample_quality.scores(reference.next_token_log_probs,
+                                                          out).items()}}), flush=True)
 
 
 if __name__ == "__main__":

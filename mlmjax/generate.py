@@ -63,6 +63,9 @@ def main(argv):
                                 _TEMPERATURE.value, _SEED.value, _THRESHOLD.value)
   metrics.quiet_library_logs()
   run = finished_run.load(_WORKDIR.value, _STEP.value)
+  reference = finished_run.load(_SCORE.value) if _SCORE.value else None
+  if reference:
+    reference.check_causal()  # before generating, not after
   ids = unmasking.rows([run.encode_masked(t) for t in texts or [""] * _NUM_SAMPLES.value],
                        _LENGTH.value, run.settings.model.max_position_embeddings)
   print(f"checkpoint step {run.step} of {_WORKDIR.value} ({run.settings.objective.kind})")
@@ -75,12 +78,11 @@ def main(argv):
   made = int((filled_at >= 0).sum())
   print(f"{made} tokens in {int(filled_at.max()) + 1} steps, {seconds:.2f} s:"
         f" {made / seconds:,.0f} tokens/s")
-  if _SCORE.value:
-    reference = finished_run.load(_SCORE.value)
-    perplexity = sample_quality.generative_perplexity(reference.next_token_log_probs, out)
-    print(f"generative perplexity {perplexity:.2f} under {_SCORE.value} (step"
-          f" {reference.step}); token entropy {sample_quality.token_entropy(out):.3f} nats;"
-          f" repeated 4-grams {100 * sample_quality.repeated_ngrams(out):.1f}%")
+  if reference:
+    score = sample_quality.scores(reference.next_token_log_probs, out)
+    print(f"generative perplexity {score['generative_perplexity']:.2f} under {_SCORE.value}"
+          f" (step {reference.step}); token entropy {score['token_entropy']:.3f} nats;"
+          f" repeated 4-grams {100 * score['repeated_4grams']:.1f}%")
 
 
 if __name__ == "__main__":

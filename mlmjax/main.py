@@ -22,8 +22,8 @@ from mlmjax import cli
 from mlmjax.parallel import distributed
 from mlmjax.training import metrics
 from mlmjax.training import run_settings
+from mlmjax.training import startup_watch
 from mlmjax.training import train
-from mlmjax.training import watchdog
 
 _CONFIG = cli.define_config_file()
 _WORKDIR = flags.DEFINE_string(
@@ -44,8 +44,9 @@ def main(argv):
   limits = run_settings.RunSettings.from_config(_CONFIG.value).watchdog
   startup = None  # several processes: a peer that never joins is named, not waited for
   if limits.enabled and distributed.several(_COORDINATOR.value, _NUM_PROCESSES.value):
-    startup = watchdog.StartupWatch(_WORKDIR.value, _COORDINATOR.value, _NUM_PROCESSES.value,
-                                    _PROCESS_ID.value, 60 * limits.startup_minutes)
+    startup = startup_watch.StartupWatch(_WORKDIR.value, _COORDINATOR.value,
+                                         _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                         60 * limits.startup_minutes)
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                          timeout_s=startup.jax_timeout_s if startup else None)
   if startup:

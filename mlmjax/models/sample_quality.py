@@ -60,3 +60,9 @@ def generative_perplexity(next_log_probs: Callable[[np.ndarray], np.ndarray],
   log_probs = np.asarray(next_log_probs(rows), np.float64)
   scored = rows[:, 1:] >= special_ids.NUM_SPECIAL
   return math.exp(-log_probs[scored].sum() / scored.sum())
+
+
+def scores(next_log_probs: Callable[[np.ndarray], np.ndarray], rows: np.ndarray) -> dict:
+  """The three numbers of the samples `rows` (the reference's `next_log_probs`)."""
+  return {"generative_perplexity": generative_perplexity(next_log_probs, rows),
+          "token_entropy": token_entropy(rows), "repeated_4grams": repeated_ngrams(rows, 4)}

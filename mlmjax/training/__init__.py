@@ -22,6 +22,7 @@
   metrics.py           metric files, progress lines, tokens/s and MFU
   goodput.py           where a run's hours went, across restarts (each process's clock)
   watchdog.py          a process that makes no progress: stacks, one line, exit 75
+  startup_watch.py     jax's distributed start: a peer that never joins, named
   stragglers.py        the process the others wait for, named at each log interval
   learning_curves.py   the curves.png of a run
   config_check.py      every config rule, checked before anything is written

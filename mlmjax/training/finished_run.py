@@ -81,17 +81,21 @@ class FinishedRun:
       return jax.nn.log_softmax(logits, axis=-1)
     return jax.jit(log_probs)
 
+  def check_causal(self) -> None:
+    """A one-line error unless the checkpoint's phase trained the causal-LM objective."""
+    objective = self.plan.at(max(self.step - 1, 0)).objective
+    if objective != "clm":
+      raise errors.UserError(f"the run's checkpoint of step {self.step} was trained on"
+                             f" {objective}; scoring text needs a causal-LM run"
+                             " (--config.objective.kind=clm)")
+
   def causal_log_probs(self, ids: np.ndarray) -> np.ndarray:
     """[B, L] ids, each row one text followed by [PAD]s -> [B, L, V]: at each position, the
     log-probabilities of its token given the tokens before it, the model attending causally
     (position 0's are zeros: nothing precedes it). A causal-LM run's (objective.kind='clm'):
     it scores text (models/sample_quality.py), and unmasking one position at a time left to
     right (models/unmasking.py, block_length=1) samples from it."""
-    objective = self.plan.at(max(self.step - 1, 0)).objective  # the checkpoint's phase
-    if objective != "clm":
-      raise errors.UserError(f"the run's checkpoint of step {self.step} was trained on"
-                             f" {objective}; scoring text needs a causal-LM run"
-                             " (--config.objective.kind=clm)")
+    self.check_causal()
     log_probs = np.asarray(self._causal_log_probs(self.state["params"], _batch(ids)))
     return np.concatenate([np.zeros_like(log_probs[:, :1]), log_probs], axis=1)
 

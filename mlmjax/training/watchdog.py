@@ -9,7 +9,7 @@ segment kind has a limit (config.watchdog, WatchdogSettings):
   eval          watchdog.eval_minutes
   save, finish, restore   watchdog.save_minutes
   startup, preparation    not watched (a tokenizer trained on a large corpus takes what it
-                takes); jax's runtime start is watched by `StartupWatch`
+                takes); jax's runtime start is watched by startup_watch.py
 
 When a segment outlasts its limit the watchdog writes every thread's Python stack to stderr
 and to WORKDIR/watchdog/stacks.PROCESS.txt, records the goodput clock, prints one line
@@ -321,61 +321,3 @@ class Watchdog:
       if any(beats.get(p, {}).get("t") != last.get(p, {}).get("t") for p in self._peers_ids):
         changed = time.monotonic()
       last = beats
-
-
-class StartupWatch:
-  """jax's distributed runtime start, watched: each process leaves a start-up record in
-  WORKDIR/watchdog/; if the runtime has not started within the limit, the line names the
-  coordinator and the processes that left no record in this attempt (jax itself would abort
-  at its initialization timeout with a C++ dump that names neither)."""
-
-  def __init__(self, workdir: str, coordinator: str | None, num_processes: int | None,
-               process: int | None, limit_s: float):
-    self.workdir, self.coordinator = workdir, coordinator
-    self.num_processes, self.process = num_processes, process
-    self.folder = paths.join(workdir, "watchdog")
-    self.started = time.time()
-    self.limit_s = limit_s
-    if process is not None:
-      paths.makedirs(self.folder)
-      paths.write_atomic(self._record(process), json.dumps(
-          {"t": self.started, "host": socket.gethostname(), "pid": os.getpid()}))
-    self._timer = threading.Timer(limit_s, self._fire)
-    self._timer.daemon = True
-    self._timer.start()
-
-  def _record(self, process: int) -> str:
-    return paths.join(self.folder, f"joined.{process}.json")
-
-  @property
-  def jax_timeout_s(self) -> int:
-    """jax's own limit for the start: a minute after ours, so that ours speaks first."""
-    return int(self.limit_s) + 60
-
-  def joined(self) -> None:
-    self._timer.cancel()
-
-  def missing(self) -> list[int]:
-    """Processes without a start-up record from this attempt (within the limit of ours)."""
-    out = []
-    for p in range(self.num_processes or 0):
-      try:
-        t = json.loads(paths.read_text(self._record(p)))["t"]
-      except (OSError, ValueError, KeyError):
-        t = None
-      if t is None or t < self.started - self.limit_s:
-        out.append(p)
-    return out
-
-  def _fire(self) -> None:
-    message = (f"jax's distributed runtime did not start within {self.limit_s:.0f} s"
-               f" (watchdog.startup_minutes)")
-    if self.coordinator:
-      message += f": the coordinator is {self.coordinator} (process 0)"
-    missing = self.missing()
-    if missing:
-      message += (f"; no start-up record in {self.folder} from process(es) "
-                  + ", ".join(map(str, missing)) + " in this attempt: never started?")
-    elif self.num_processes:
-      message += "; every process left a start-up record: check the coordinator's address"
-    stop(message, stacks_path(self.workdir, self.process or 0))
