@@ -281,9 +281,11 @@ def get_config() -> ml_collections.ConfigDict:
   # 'auto': before the first step, train.grad_accum_steps and model.remat are chosen for the
   # devices (or mlmjax.compile's --target): the fewest micro-batches, then the least
   # recomputation ('none', 'dots_saveable', 'full'), whose compiled train step fits device
-  # memory in every phase. The candidates are compiled with the real compiler; the choice is
-  # logged and kept in WORKDIR/fit.json, so a resume does not search again. The global batch,
-  # and so the learning, stays. 'off': the two keys as given.
+  # memory in every phase; on a TPU or GPU, of the fewest micro-batches that fit with each
+  # recomputation, the one whose step is predicted fastest (training/step_time.py).
+  # The candidates are compiled with the real compiler; the choice and why are logged and
+  # kept in WORKDIR/fit.json, so a resume does not search again. The global batch, and so the
+  # learning, stays. 'off': the two keys as given.
   config.train.fit = "off"
   # With train.fit='auto': the memory per device to fit into, in GiB; 0: the device's (its
   # HBM as the runtime reports it, or the target's).

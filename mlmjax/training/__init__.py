@@ -27,6 +27,7 @@
   learning_curves.py   the curves.png of a run
   config_check.py      every config rule, checked before anything is written
   fit.py               train.fit='auto': micro-batches and remat chosen by real compiles
+  step_time.py         a compiled step's predicted time on its chip (the compile report, fit)
   compile_cache.py     jax's persistent compilation cache (train.compilation_cache)
   benchmark.py         what the bench commands measure
   masks_preview.py     the masks of a run's first batch (python -m mlmjax.show_masks)

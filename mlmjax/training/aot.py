@@ -22,7 +22,7 @@ that fits at its first row length is known to fit at its last. Per step and shap
   attention    the fused kernel found in the program (or [] for plain XLA attention)
   predicted    the step's time on the target, tokens/s and MFU, by class of kernel: a roofline
                of each kernel at the chip's published rates, calibrated on measured GPU steps
-               (parallel/roofline.py); time_to_train adds up the run's train steps
+               (training/step_time.py); time_to_train adds up the run's train steps
 
 `cost_analysis()["optimal_seconds"]` is not reported: it came out negative for some programs.
 """
@@ -48,13 +48,13 @@ from mlmjax.models import chip_rates
 from mlmjax.models import flops as flops_lib
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel import hlo
-from mlmjax.parallel import roofline
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import step_time
 from mlmjax.training import steps as steps_lib
 
 GiB = 1024**3
@@ -136,13 +136,11 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
     state = setup.abstract_state
     predicted = phases_lib.predicted_positions(seq_len, slots, objective)
     per_token = parts.flops_per_token(vocab, seq_len, predicted)
-    attention_per_token = 3 * parts.attention_flops_per_token(seq_len)
   else:
     slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
     per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
-    attention_per_token = parts.attention_flops_per_token(seq_len)
   # The held-out batches are MLM's at eval.mask_rate whatever the objective.
   args = (state, parts.batch_spec(mesh, batch, seq_len, slots,
                                   objective if name == "train" else "mlm"))
@@ -163,10 +161,8 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
                 target, mesh, batch, seq_len, model_flops, seen)
   out.report["predicted"] = None  # no published rates: this machine's CPU (the fit, tests)
   if target.platform != "cpu":
-    prediction = roofline.predict(
-        out.hlo_text, target.device_kind,
-        model_lib.compute_dtype(settings.model.dtype, target.platform), mesh.size,
-        attention_per_token * tokens)
+    prediction = step_time.predict(parts, out.hlo_text, mesh, batch, seq_len,
+                                   forward_only=name == "eval")
     out.report["predicted"] = prediction.report(tokens, model_flops)
   return out
 

@@ -8,6 +8,16 @@ candidates with the real compiler for the run's mesh (or mlmjax.compile's target
       found by galloping up from the fewest, then bisecting (memory falls as k grows)
     at that k, the least recomputation that fits: 'none', then 'dots_saveable', then 'full',
       by bisection (memory falls as recomputation grows)
+    where the chip publishes its rates (TPU, GPU; step_time.py), by speed: for each remat,
+      the fewest k where it fits (galloping again), and of those, the one whose compiled
+      steps are predicted fastest over the run; on a CPU, by memory alone (the one above)
+
+Why those candidates only: at a given remat, more micro-batches pass over the weights and
+gradients more times for the same work, so no candidate with more is predicted faster. The
+remats are all compared: less recomputation is not always predicted faster, nor does it
+always need more memory (on v5p-8, a 2-layer step of 1,024 tokens: 'dots_saveable' is
+predicted slower than 'full' and needs more memory than 'none'; tests/training/test_fit.py
+compiles every candidate of it and checks the choice).
 
 A candidate's memory is what its compiled train step needs per device (memory_bytes), the
 largest over the run's phase shapes (compiled longest rows first, stopping at the first over
@@ -33,6 +43,7 @@ from mlmjax import paths
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import phases as phases_lib
+from mlmjax.training import step_time
 from mlmjax.training.settings import TrainSettings
 
 REMATS = ("none", "dots_saveable", "full")  # least recomputation first
@@ -47,6 +58,12 @@ class Choice:
   memory_bytes: int  # per device, the largest phase's
   budget_bytes: int
   compiled: int  # candidates compiled to find it (0: taken from fit.json)
+  # The run's mean train step as predicted on the chip (step_time.py); None where the chip
+  # publishes no rates (a CPU), where the choice is by memory alone.
+  predicted_step_s: float | None = None
+  why: str = ""  # the candidates it was chosen from, in words
+  # Every candidate compiled: (k, remat) -> (bytes per device, predicted seconds or None).
+  tried: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
   # With choose(keep_programs=True): the chosen candidate's compiled train step and its compile
   # seconds by phase shape (phases.Plan.shapes' values), which mlmjax.compile reports instead of
   # compiling the same program again. Not saved.
@@ -54,12 +71,19 @@ class Choice:
 
   def summary(self) -> str:
     return (f"train.grad_accum_steps={self.grad_accum_steps}, model.remat={self.remat!r}:"
-            f" {self.memory_bytes / GiB:.2f} GiB per device of {self.budget_bytes / GiB:.2f}")
+            f" {self.memory_bytes / GiB:.2f} GiB per device of {self.budget_bytes / GiB:.2f}"
+            + (f"; {self.why}" if self.why else ""))
+
+  def saved(self) -> dict:
+    """What fit.json keeps of it."""
+    return {k: getattr(self, k) for k in ("grad_accum_steps", "remat", "memory_bytes",
+                                          "budget_bytes", "predicted_step_s", "why")}
 
   def report(self) -> dict:
     return {"grad_accum_steps": self.grad_accum_steps, "remat": self.remat,
             "memory_gib": round(self.memory_bytes / GiB, 3),
-            "budget_gib": round(self.budget_bytes / GiB, 3), "compiled": self.compiled}
+            "budget_gib": round(self.budget_bytes / GiB, 3), "compiled": self.compiled,
+            "predicted_step_s": self.predicted_step_s, "why": self.why}
 
 
 def memory_bytes(compiled) -> dict[str, int]:
@@ -144,47 +168,78 @@ def _needs(nbytes: int) -> str:
 
 def choose(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,
            budget: int, keep_programs: bool = False) -> Choice:
-  """The fewest micro-batches, then the least recomputation, that fit `budget` bytes per
-  device (module docstring); a ConfigError when nothing does. `keep_programs`: the choice
-  carries its compiled train steps (Choice.programs)."""
+  """The candidate the module docstring says, for `budget` bytes per device; a ConfigError
+  when nothing fits. `keep_programs`: the choice carries its compiled train steps
+  (Choice.programs)."""
   counts = micro_batch_counts(parts.plan, mesh)
+  timed = step_time.rates_known(parts, mesh)
   measured: dict[tuple[int, str], int] = {}
+  seconds: dict[tuple[int, str], float] = {}  # predicted, of the candidates that fit
   kept: dict[tuple[int, str], dict] = {}  # the compiled steps of candidates that fit
 
   def need(k: int, remat: str) -> int:
     if (k, remat) not in measured:
-      programs = {} if keep_programs else None
+      programs = {} if keep_programs or timed else None
       measured[k, remat] = step_memory(candidate(parts, k, remat), vocab_size, mesh, budget,
                                        programs)
-      if keep_programs and measured[k, remat] <= budget:  # only these can be chosen, and
-        kept[k, remat] = programs  # then none with more micro-batches: those are let go
-        for more in [c for c in kept if c[0] > k]:
-          del kept[more]
-      logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)", k,
-                   remat, _needs(measured[k, remat]), budget / GiB)
+      fits = measured[k, remat] <= budget
+      if timed and fits:
+        seconds[k, remat] = _run_step_seconds(parts, mesh, programs)
+      if keep_programs and fits:
+        kept[k, remat] = programs
+      logging.info("Fit: grad_accum_steps=%d, remat=%r %s (budget %.2f GiB per device)%s", k,
+                   remat, _needs(measured[k, remat]), budget / GiB,
+                   f", predicted {seconds[k, remat] * 1e3:.2f} ms a step" if fits and timed
+                   else "")
     return measured[k, remat]
 
-  def chosen(k: int, remat: str) -> Choice:
-    return Choice(k, remat, need(k, remat), budget, len(measured), kept.get((k, remat), {}))
+  def chosen(k: int, remat: str, why: str = "") -> Choice:
+    tried = {c: (measured[c], seconds.get(c)) for c in measured}
+    return Choice(k, remat, need(k, remat), budget, len(measured), seconds.get((k, remat)),
+                  why, tried=tried, programs=kept.get((k, remat), {}))
 
-  # The best candidate first: where the step fits as it is, one compile decides.
-  if need(counts[0], REMATS[0]) <= budget:
+  def fewest(remat: str) -> int | None:
+    """The fewest k whose step fits with `remat`, galloping up from the fewest."""
+    place = _first(lambda i: need(counts[i], remat) <= budget, len(counts))
+    return None if place is None else counts[place]
+
+  if timed:
+    fastest = [(k, remat) for remat in REMATS if (k := fewest(remat)) is not None]
+    if fastest:
+      best = min(fastest, key=lambda c: seconds[c])
+      return chosen(*best, "predicted fastest of " + ", ".join(
+          f"{k} x {remat!r} {seconds[k, remat] * 1e3:.3g} ms" for k, remat in fastest))
+  # By memory, the best candidate first: where the step fits as it is, one compile decides.
+  elif need(counts[0], REMATS[0]) <= budget:
     return chosen(counts[0], REMATS[0])
-  # The fewest k that fits with 'full', galloping up from the fewest: presets fit at the first
-  # or second count, found in one or two compiles; the most micro-batches (one row a device,
-  # for BERT on 8 chips 32 of them) is compiled only when no fewer fit.
-  place = _first(lambda i: need(counts[i], "full") <= budget, len(counts))
-  if place is None:
+  # The fewest k that fits with 'full': presets fit at the first or second count, found in
+  # one or two compiles; the most micro-batches (one row a device, for BERT on 8 chips 32 of
+  # them) is compiled only when no fewer fit.
+  k = fewest("full")
+  if k is None:
     k = counts[-1]
     raise errors.ConfigError(
         f"train.fit='auto': nothing fits {budget / GiB:.2f} GiB per device; even"
         f" train.grad_accum_steps={k} (the most the batch allows) with"
         f" model.remat='full' {_needs(need(k, 'full'))}: shard over more devices"
         " (config.mesh.shape), or use a smaller model or row length")
-  k = counts[place]
   # At that k the least recomputation that fits, by bisection ('full' fits): 'dots_saveable'
   # first, so that a step that fits only with 'full' costs one compile more, not two.
   return chosen(k, REMATS[_bisect(lambda i: need(k, REMATS[i]) <= budget, 0, len(REMATS) - 1)])
+
+
+def _run_step_seconds(parts: assembly.Assembly, mesh: jax.sharding.Mesh,
+                      programs: dict) -> float:
+  """The run's mean train step, predicted from a candidate's compiled steps (step_memory's
+  `programs`): each shape's step time weighted by its phases' steps."""
+  plan = parts.plan
+  total = steps = 0.0
+  for indices, shape in plan.shapes().items():
+    compiled, _ = programs[shape]
+    n = sum(plan[i].end - plan[i].start for i in indices)
+    total += n * step_time.predict(parts, compiled.as_text(), mesh, shape[0], shape[1]).step_s
+    steps += n
+  return total / steps
 
 
 def _first(fits, n: int) -> int | None:
@@ -246,8 +301,6 @@ def resolve(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,
   choice = choose(parts, vocab_size, mesh, budget)
   logging.info("Fit: %s (%d candidates compiled)", choice.summary(), choice.compiled)
   if jax.process_index() == 0:
-    saved_choice = {k: getattr(choice, k)
-                    for k in ("grad_accum_steps", "remat", "memory_bytes", "budget_bytes")}
-    paths.write_atomic(record, json.dumps({"choice": saved_choice, "made_for": made_for},
+    paths.write_atomic(record, json.dumps({"choice": choice.saved(), "made_for": made_for},
                                           indent=2) + "\n")
   return apply(parts, choice)

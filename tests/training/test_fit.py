@@ -25,6 +25,7 @@ from mlmjax import errors
 from mlmjax.parallel import sharding
 from mlmjax.training import config_check
 from mlmjax.training import fit
+from mlmjax.training import step_time
 from mlmjax.training import train
 from mlmjax.training import assembly
 
@@ -179,6 +180,51 @@ def test_the_compile_command_reports_the_fit_s_programs_without_compiling_them_a
       2, "dots_saveable", 5)
   assert len(compiles) - before == 5
   assert report["memory_gib"] == report["fit"]["memory_gib"] and report["compile_s"] > 0
+
+
+@pytest.mark.slow  # compiles every candidate for a TPU slice
+def test_on_a_tpu_slice_the_choice_is_the_predicted_fastest_of_all_that_fit(tokenizer_path,
+                                                                           monkeypatch):
+  """Compiled for v5p-8 (4 chips, 2 rows of 1,024 tokens each: 1 or 2 micro-batches), under a
+  budget just below the step as it is: of all six candidates, each compiled here once, the fit
+  takes the one predicted fastest of those that fit, which is not the one memory alone picks
+  (the fewest micro-batches, then the least recomputation), and says why."""
+  from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
+  config = _config(tokenizer_path, batch_size=8)
+  config.data.seq_len = config.model.max_position_embeddings = 1024
+  config.masking.max_predictions_per_seq = 150
+  config.model.num_layers = 2
+  parts = assembly.Assembly.of(config)
+  mesh = sharding.make_mesh(parts.settings.mesh, targets.get("v5p-8").devices)
+  assert fit.micro_batch_counts(parts.plan, mesh) == [1, 2]
+  compiled = {}  # (k, remat) -> (bytes, {shape: (program, seconds)})
+  for k in (1, 2):
+    for remat in fit.REMATS:
+      programs = {}
+      compiled[k, remat] = (fit.step_memory(fit.candidate(parts, k, remat), VOCAB, mesh,
+                                            programs=programs), programs)
+  budget = compiled[1, "none"][0] - 1
+  seconds = {c: step_time.predict(parts, program.as_text(), mesh, 8, 1024).step_s
+             for c, (need, programs) in compiled.items() if need <= budget
+             for program, _ in programs.values()}
+  assert len(seconds) >= 2, compiled
+
+  def the_same_programs(candidate_parts, vocab, mesh, budget=None, programs=None):
+    """fit.step_memory of a candidate compiled above: its memory, and its programs."""
+    del vocab, mesh, budget
+    need, made = compiled[candidate_parts.settings.train.grad_accum_steps,
+                          candidate_parts.settings.model.remat]
+    if programs is not None:
+      programs.update(made)
+    return need
+  monkeypatch.setattr(fit, "step_memory", the_same_programs)
+  choice = fit.choose(parts, VOCAB, mesh, budget)
+  assert (choice.grad_accum_steps, choice.remat) == min(seconds, key=seconds.get), seconds
+  assert choice.predicted_step_s == seconds[choice.grad_accum_steps, choice.remat]
+  fewest = min(k for k, _ in seconds)
+  by_memory = (fewest, next(r for r in fit.REMATS if (fewest, r) in seconds))
+  assert (choice.grad_accum_steps, choice.remat) != by_memory, seconds
+  assert choice.why.startswith("predicted fastest of ") and choice.saved()["why"] == choice.why
 
 
 @pytest.mark.slow
