@@ -68,13 +68,14 @@ def one_process(tmp_path_factory, tokenizer_path):
   return _result(workdir, 8)
 
 
-def test_two_processes_train_like_one(tmp_path, tokenizer_path, one_process):
-  workdir = str(tmp_path)
-  logs = _train(workdir, tokenizer_path, processes=2)
+def test_two_processes_train_like_one(two_process_run, one_process):
+  """(conftest's two_process_run: OVERRIDES' run, with checkpoints every 2 steps.)"""
+  workdir, logs = two_process_run
   assert "step 8/8 | loss" in logs[0] and "| loss" not in logs[1]  # process 0 logs
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
   assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6, 8]  # written once
-  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["4", "8"]
+  # the newest 3 (train.max_checkpoints_to_keep), written once
+  assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["4", "6", "8"]
   _assert_same(_result(workdir, 8), one_process)
 
 

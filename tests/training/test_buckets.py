@@ -15,7 +15,7 @@ import portpicker
 import pytest
 
 import storage_servers
-from conftest import REPO, assert_same_arrays, saved_state
+from conftest import REPO, TWO_PROCESS_OVERRIDES, assert_same_arrays, saved_state
 from mlmjax import paths
 from mlmjax.training import workdir_lock
 
@@ -157,12 +157,7 @@ def test_a_holder_whose_lease_was_taken_stops_renewing_it(bucket, caplog):
 
 
 # ---- a two-process run in a gs:// workdir, killed and restarted -------------------------------
-OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
-             "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
-             "--config.model.num_layers=2", "--config.train.log_every_steps=2",
-             "--config.train.checkpoint_every_steps=2", "--config.train.eval_every_steps=4",
-             "--config.train.eval_batches=1", "--config.train.warmup_steps=2",
-             "--config.train.steps=8"]
+OVERRIDES = TWO_PROCESS_OVERRIDES  # those of conftest's two_process_run, its local twin
 
 
 def _start(workdir, tokenizer_path, env, log_dir, tag):
@@ -195,10 +190,9 @@ def _rows(workdir):
 
 
 def test_two_process_run_in_a_bucket_killed_and_restarted_is_bit_identical(
-    gcs, tokenizer_path, tmp_path):
+    gcs, tokenizer_path, tmp_path, two_process_run):
   env = {**os.environ, **gcs.env}
-  local = str(tmp_path / "local")
-  _wait(_start(local, tokenizer_path, env, tmp_path, "local"), tmp_path, "local")
+  local, _ = two_process_run  # the same run in a local folder, never interrupted
 
   workdir = f"{gcs.make_bucket()}/run"
   procs = _start(workdir, tokenizer_path, env, tmp_path, "killed")

@@ -64,16 +64,18 @@ def budget_gib(tokenizer_path):
 
 @pytest.mark.slow  # compiles several real programs
 def test_when_nothing_fits_one_line_says_what_to_change(tokenizer_path):
-  """A budget under what the step needs with the most micro-batches the batch allows (8) and
-  everything recomputed, the least any candidate needs: one line with both figures."""
-  parts = assembly.Assembly.of(_config(tokenizer_path))
+  """A budget under what the step needs with the most micro-batches the batch allows (2 rows
+  a device: 2) and everything recomputed, the least any candidate needs: one line with both
+  figures."""
+  parts = assembly.Assembly.of(_config(tokenizer_path, batch_size=16))
   mesh = sharding.make_mesh(parts.settings.mesh)
-  least = fit.step_memory(fit.candidate(parts, 8, "full"), VOCAB, mesh)
-  parts = assembly.Assembly.of(_config(tokenizer_path, fit_memory_gib=0.8 * least / fit.GiB))
+  least = fit.step_memory(fit.candidate(parts, 2, "full"), VOCAB, mesh)
+  parts = assembly.Assembly.of(_config(tokenizer_path, batch_size=16,
+                                       fit_memory_gib=0.8 * least / fit.GiB))
   budget = fit.budget_bytes(parts.settings.train, None)
   with pytest.raises(errors.ConfigError, match="^" + re.escape(
       f"train.fit='auto': nothing fits {budget / fit.GiB:.2f} GiB per device; even"
-      f" train.grad_accum_steps=8 (the most the batch allows) with model.remat='full' needs"
+      f" train.grad_accum_steps=2 (the most the batch allows) with model.remat='full' needs"
       f" {least / fit.GiB:.2f} GiB: shard over more devices")):
     fit.choose(parts, VOCAB, mesh, budget)
 
