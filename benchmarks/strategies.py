@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 
+import numpy as np
+from scipy import optimize
 from scipy import stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -213,20 +216,66 @@ def anova_p(rows: list[dict], task: str) -> float:
   return float(stats.f_oneway(*groups).pvalue) if len(groups) >= 2 else float("nan")
 
 
+POWER = 0.8  # the chance a real difference is found, for the detectable difference
+
+
+def power(effect_sds: float, seeds: int, level: float) -> float:
+  """The power of a two-sided paired t-test over `seeds` pairs at `level` to find a true mean
+  difference of `effect_sds` standard deviations of the differences: the noncentral t's mass
+  beyond the critical values (noncentrality effect_sds x sqrt(seeds))."""
+  df, noncentrality = seeds - 1, effect_sds * math.sqrt(seeds)
+  critical = stats.t.ppf(1 - level / 2, df)
+  below = stats.nct.cdf(-critical, df, noncentrality)  # nan where it underflows: nothing
+  return float(stats.nct.sf(critical, df, noncentrality) + np.nan_to_num(below))
+
+
+def detectable(rows: list[dict], task: str, seeds: int, level: float) -> tuple[float, float]:
+  """(the pooled standard deviation of strategy-minus-random differences on `task`, seed by
+  seed, over every strategy; the smallest mean difference a row's paired t-test over `seeds`
+  seeds finds with power POWER at `level`), nan where no strategy has 2 paired seeds."""
+  squares = dof = 0.0
+  for strategy in STRATEGIES:
+    if strategy != "random":
+      diffs, _ = paired_p(rows, strategy, task)
+      if len(diffs) > 1:
+        squares += (len(diffs) - 1) * statistics.variance(diffs)
+        dof += len(diffs) - 1
+  if not dof:
+    return float("nan"), float("nan")
+  sd = math.sqrt(squares / dof)
+  effect = optimize.brentq(lambda e: power(e, seeds, level) - POWER, 1e-6, 100.0)
+  return sd, effect * sd
+
+
 def pretraining(rows: list[dict], tasks) -> str:
   """Per task: what pretraining buys (random against random_init) and whether the strategies
   differ at all (one-way ANOVA)."""
+  seeds, level = _design(rows, tasks)
   lines = ["| task | random init | random | gap | p (Welch) | responds to pretraining |"
-           " strategies differ: p (ANOVA) |", "|---" * 7 + "|"]
+           " strategies differ: p (ANOVA) | sd of a paired difference | detectable difference |",
+           "|---" * 9 + "|"]
   for task in tasks:
     gap, p = responds(rows, task)
     verdict = ("-" if p != p else "yes" if p < ALPHA and gap > 0
                else "no: it cannot tell strategies apart")
+    sd, smallest = detectable(rows, task, seeds, level)
     lines.append(f"| `{task}` | {_mean_sd(_scores(_of(rows, RANDOM_INIT), task))} |"
                  f" {_mean_sd(_scores(_of(rows, 'random'), task))} |"
                  f" {'-' if gap != gap else f'{gap:+.1f}'} | {_p(p)} | {verdict} |"
-                 f" {_p(anova_p(rows, task))} |")
+                 f" {_p(anova_p(rows, task))} | {_points(sd)} | {_points(smallest)} |")
   return "\n".join(lines) + "\n"
+
+
+def _points(x: float) -> str:
+  return "-" if x != x else f"{x:.1f}"
+
+
+def _design(rows: list[dict], tasks) -> tuple[int, float]:
+  """(the seeds of `random`: each row's paired test has that many pairs at most; the level
+  a row's p must clear at the corrected level: ALPHA over the advice rows on `tasks`, Holm's
+  first step, which the one row with a real difference among nulls faces)."""
+  rows_tested = max(1, sum(1 for a in ADVICE if a[1] in tasks))
+  return max(2, len(_of(rows, "random"))), ALPHA / rows_tested
 
 
 def advice(rows: list[dict], tasks) -> str:
@@ -281,7 +330,14 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
           "\n## What pretraining buys each task\n\n"
           "`random` against `random_init` (Welch's t-test: the two share no seeds), and whether"
           " the pretrained strategies differ on the task at all (one-way ANOVA across them). A"
-          " task that pretraining does not move cannot tell strategies apart.\n\n"
+          " task that pretraining does not move cannot tell strategies apart. The last two"
+          " columns are the study's power: the standard deviation of a strategy-minus-random"
+          " difference, seed by seed (pooled over the strategies), and the smallest true"
+          f" difference a row of the advice below would find {POWER:.0%} of the time with"
+          f" {_design(rows, tasks)[0]} seeds at the corrected level"
+          f" ({ALPHA} over the {sum(1 for a in ADVICE if a[1] in tasks)} rows, Holm's first"
+          " step). \"No difference shown\" below means no difference that large; a smaller one"
+          " may be there.\n\n"
           + pretraining(rows, tasks)
           + "\n## The usual advice, against random masking\n\n"
           "Each strategy on the task that stands for the application the advice names, against"
