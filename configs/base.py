@@ -144,11 +144,16 @@ def get_config() -> ml_collections.ConfigDict:
       "NOUN=3,PROPN=3,VERB=2.5,ADJ=2,ADV=1.5,NUM=1.5,ADP=0.5,AUX=0.5,CCONJ=0.5,DET=0.5,"
       "PART=0.5,PRON=0.5,SCONJ=0.5,PUNCT=0.2,SYM=0.2,ROOT=2,nsubj=1.5,dobj=1.5,obj=1.5,"
       "pobj=1.2")
-  # semantic: the PMI vocabulary's size (word n-grams of 2-5 words ranked by PMI-Masking's
-  # measure, each length apart), its shares of 2-, 3-, 4- and 5-grams (the paper's: half
-  # bigrams), and the fewest occurrences an n-gram (and a contextual word pair) needs (the
-  # paper: more than 10).
-  config.masking.pmi_ngrams = 20_000
+  # semantic: the PMI vocabulary (word n-grams of 2-5 words with PMI-Masking's PMI_n above
+  # zero, ranked each length apart): its size, 0 for as many as it takes for pmi_coverage of
+  # the corpus's words to lie inside a kept n-gram (the paper's vocabulary covers about half);
+  # the ranking, 'pmi' (PMI_n, the paper's) or 'p2' (PMI_n + log p: frequent n-grams first,
+  # github.com/shaigue/pmi_masking's score); its shares of 2-, 3-, 4- and 5-grams (the
+  # paper's: half bigrams), and the fewest occurrences an n-gram (and a contextual word pair)
+  # needs (the paper: more than 10).
+  config.masking.pmi_ngrams = 0
+  config.masking.pmi_coverage = 0.5
+  config.masking.pmi_score = "pmi"
   config.masking.pmi_length_shares = (0.5, 0.25, 0.125, 0.125)
   config.masking.pmi_min_count = 11
   # contextual: InforMask's sample-and-score: random whole-word masks drawn per row and step,

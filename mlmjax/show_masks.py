@@ -27,12 +27,13 @@ import tempfile
 from absl import flags
 
 from mlmjax import cli
+from mlmjax import paths
 from mlmjax.training import config_check
 from mlmjax.training import masks_preview
 
 _CONFIG = cli.define_config_file()
 _WORKDIR = flags.DEFINE_string("workdir", "", "A run folder whose tokenizer and statistics to"
-                               " use (default: made in a temporary folder).")
+                               " use, or where to keep those it makes (default: a temporary folder).")
 _ROWS = flags.DEFINE_integer("rows", 4, "Rows to print.")
 _JSON = flags.DEFINE_bool("json", False, "JSON lines instead of text.")
 _STEP = flags.DEFINE_integer("step", 0, "Mask the batch's rows as training would at this step"
@@ -43,6 +44,8 @@ _STEP = flags.DEFINE_integer("step", 0, "Mask the batch's rows as training would
 def main(argv):
   del argv
   parts = config_check.checked(_CONFIG.value)
+  if _WORKDIR.value:  # a new folder keeps the tokenizer and statistics made for it
+    paths.makedirs(_WORKDIR.value)
   with tempfile.TemporaryDirectory() as tmp:
     rows, summary = masks_preview.show(parts, _WORKDIR.value or tmp, _ROWS.value, _STEP.value)
   if _JSON.value:

@@ -243,7 +243,8 @@ def build(data: InputSettings, tokenizer: TokenizerSettings, masking_settings: m
     cooccurrence = _process_0_first(lambda: cooccurrence_lib.get(
         pipeline.tokenized(train_source, tok), stats, cooccurrence_lib.path_beside(stats_path),
         masking_settings.stats_max_documents, masking_settings.pmi_ngrams,
-        masking_settings.pmi_min_count, masking_settings.pmi_length_shares))
+        masking_settings.pmi_min_count, masking_settings.pmi_length_shares,
+        masking_settings.pmi_coverage, masking_settings.pmi_score))
   return RunInput(train_source, eval_source, tok, stats, _gazetteer(masking_settings, tok), data,
                   masking_settings, held_out, span_boundaries, cooccurrence)
 

@@ -58,8 +58,14 @@ def show(parts: assembly.Assembly, workdir: str, count: int, step: int = 0
       pipeline.tokenized(inp.train_source, inp.tokenizer), inp.stats,
       min(settings.masking.stats_max_documents, _NGRAM_DOCUMENTS),
       settings.masking.pmi_ngrams, settings.masking.pmi_min_count,
-      settings.masking.pmi_length_shares)
+      settings.masking.pmi_length_shares, settings.masking.pmi_coverage,
+      settings.masking.pmi_score)
   original = batch["input_ids"]
   ngrams = display.ngram_unit_ids(original, batch["segment_ids"], inp.stats, table)
   rows = display.rows(out, original, inp.tokenizer.word_pieces(), count)
-  return rows, display.summary(out, original, batch.get("annotations"), ngrams)
+  summary = display.summary(out, original, batch.get("annotations"), ngrams)
+  # The PMI vocabulary those n-grams come from: its size, and the share of the sample's words
+  # inside an occurrence of one (masking.pmi_coverage's aim).
+  summary["pmi_ngrams"] = len(table.ngrams)
+  summary["pmi_coverage"] = None if table.coverage != table.coverage else round(table.coverage, 4)
+  return rows, summary

@@ -65,8 +65,12 @@ def test_linguistic_masks_are_whole_words_and_change_from_step_to_step(micro_con
   c = micro_config
   c.masking.update(strategy=strategy, mask_rate=0.3, max_predictions_per_seq=12,
                    stats_max_documents=200, pmi_min_count=3)
-  texts = [[r["text"] for r in masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 4,
-                                                  step)[0]] for step in (0, 1)]
+  shown = [masks_preview.show(assembly.Assembly.of(c), str(tmp_path), 4, step)
+           for step in (0, 1)]
+  texts = [[r["text"] for r in rows] for rows, _ in shown]
   for text in texts[0] + texts[1]:
     assert not re.search(r"[A-Za-z]\{|\}[A-Za-z]", text), text
   assert texts[0] != texts[1]
+  # The PMI vocabulary the n-grams come from, sized to masking.pmi_coverage (half the words).
+  summary = shown[0][1]
+  assert summary["pmi_ngrams"] > 0 and 0.5 <= summary["pmi_coverage"] <= 0.6, summary

@@ -13,6 +13,7 @@ hand on a corpus made so that the right definition and the usual wrong ones disa
 
 import collections
 import itertools
+import logging
 import math
 
 import numpy as np
@@ -161,6 +162,49 @@ def test_pmi_n_is_over_every_segmentation_not_only_two_way_splits(tok, stats):
   assert table.ngrams.tolist() == [_hash_of(tok, stats, f"{x} {y} {z}")]
 
 
+@pytest.fixture(scope="module")
+def sized(tok, stats):
+  """Made-up words in 252 of them: "a b" 20 times (a, b nowhere else), "c d" 4 times and c 4
+  times alone, "f g" 12 times and f, g 88 times each alone; each a document of its own. Seen at
+  least 3 times: ab, PMI log(252/20) = 2.53 (and 'p2', PMI + log p, log(20^2/(20 x 20)) = 0);
+  cd, PMI log(252 x 4/(8 x 4)) = 3.45 ('p2' log(16/32) = -0.69); fg, more rarely together than
+  apart: PMI log(252 x 12/(100 x 100)) < 0. cd covers 8 of the words, ab 40, both 48.
+  -> (a function of compute's sizing arguments giving the vocabulary's texts, coverage)."""
+  a, b, c, d, f, g = _made_up_words(6, seed=7)
+  docs = ([f"{a} {b}"] * 20 + [f"{c} {d}"] * 4 + [c] * 4 + [f"{f} {g}"] * 12 + [f] * 88
+          + [g] * 88)
+  texts = {_hash_of(tok, stats, t): t for t in (f"{a} {b}", f"{c} {d}", f"{f} {g}")}
+  names = {f"{a} {b}": "ab", f"{c} {d}": "cd", f"{f} {g}": "fg"}
+
+  def vocabulary(num_ngrams, shares, coverage, score="pmi"):
+    table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, len(docs), num_ngrams, 3,
+                                 shares, coverage, score)
+    return {names[texts[h]] for h in table.ngrams.tolist()}, table.coverage
+  return vocabulary
+
+
+def test_the_pmi_vocabulary_is_sized_by_coverage_and_keeps_no_pmi_below_zero(sized, caplog):
+  """PMI-Masking's vocabulary holds n-grams more likely together than apart (PMI_n > 0), as
+  many of the best as it takes for `coverage` of the words to lie inside one; the p^2 score
+  ranks the frequent first; a coverage out of reach and a length's share that cannot be filled
+  each say so."""
+  bigrams = (1.0, 0.0, 0.0, 0.0)
+  assert sized(0, bigrams, 0.03) == ({"cd"}, pytest.approx(8 / 252))
+  assert sized(0, bigrams, 0.1) == ({"cd", "ab"}, pytest.approx(48 / 252))
+  assert sized(0, bigrams, 0.1, "p2") == ({"ab"}, pytest.approx(40 / 252))
+  with caplog.at_level(logging.WARNING):
+    assert sized(0, bigrams, 0.5) == ({"cd", "ab"}, pytest.approx(48 / 252))  # never fg
+  assert [r.getMessage() for r in caplog.records] == [
+      "masking.pmi_coverage=0.5 is out of reach: every n-gram with PMI_n > 0 seen"
+      " masking.pmi_min_count times covers 19.0% of the words"]
+  caplog.clear()
+  with caplog.at_level(logging.WARNING):
+    assert sized(4, (0.5, 0.5, 0.0, 0.0), 0.5)[0] == {"cd", "ab"}
+  assert [r.getMessage() for r in caplog.records] == [
+      "masking.pmi_length_shares: 3-grams are 2 of a vocabulary of 4, but only 0 have PMI_n > 0"
+      " and masking.pmi_min_count occurrences"]
+
+
 def _ids(tok, text):
   return np.asarray([[special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]],
                     np.int32)
@@ -188,6 +232,24 @@ def _unit_words(tok, stats, text, table, priority=None):
   for c in np.flatnonzero(starts[0]):
     out[head_col[c]].append(text.split()[word_of[c]])
   return list(out.values())
+
+
+def test_a_collocation_is_never_split_by_a_weaker_overlapping_ngram(tok, stats):
+  """Made-up words in 40: "a b c" 5 times, "a b" 10 times, c 5 times alone. By hand: a, b 15
+  times, c 10, "a b" 15, "b c" 5; PMI(a b) = log(15 x 40/(15 x 15)) = log(8/3), PMI(b c) =
+  log(5 x 40/(15 x 10)) = log(4/3), both above zero and in the vocabulary. In "a b c" the two
+  overlap: "a b" is kept whole, whatever the random priorities (at random, "b c" would win
+  about half the time)."""
+  a, b, c = _made_up_words(3, seed=11)
+  docs = [f"{a} {b} {c}"] * 5 + [f"{a} {b}"] * 10 + [c] * 5
+  table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, len(docs), 2, 3,
+                               (1.0, 0.0, 0.0, 0.0))
+  pmi = dict(zip(table.ngrams.tolist(), table.ngram_pmi.tolist()))
+  assert pmi == {_hash_of(tok, stats, f"{a} {b}"): pytest.approx(math.log(8 / 3)),
+                 _hash_of(tok, stats, f"{b} {c}"): pytest.approx(math.log(4 / 3))}
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    assert _unit_words(tok, stats, f"{a} {b} {c}", table, rng.random(3)) == [[a, b], [c]]
 
 
 def test_nested_ngrams_give_way_to_the_longer_and_overlapping_ones_to_chance(tok, stats):

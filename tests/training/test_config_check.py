@@ -59,8 +59,12 @@ def _config(**masking):
      " PRON, PROPN, PUNCT, SCONJ, SYM, VERB, X) nor a dependency relation"),
     (dict(strategy="syntax", syntax_unit="subtree", phrase_max_words=0),
      "masking.phrase_max_words=0 must be >= 1"),
-    (dict(strategy="semantic", pmi_ngrams=0), "masking.pmi_ngrams=0 and"
-     " masking.pmi_min_count=11 must be >= 1"),
+    (dict(strategy="semantic", pmi_ngrams=-1), "masking.pmi_ngrams=-1 must be >= 0 (0: sized"
+     " by masking.pmi_coverage) and masking.pmi_min_count=11 >= 1"),
+    (dict(strategy="semantic", pmi_coverage=0.0), "masking.pmi_coverage=0.0 must be in (0, 1]:"
+     " the share of words inside a kept n-gram"),
+    (dict(strategy="semantic", pmi_score="counts"),
+     "masking.pmi_score='counts' is not one of pmi, p2"),
     (dict(strategy="semantic", pmi_length_shares=(0.5, 0.5, 0.5, 0.5)),
      "masking.pmi_length_shares=(0.5, 0.5, 0.5, 0.5) must be 4 shares (of 2-, 3-, 4- and"
      " 5-grams) >= 0 summing to 1"),

@@ -6,12 +6,19 @@ masker finds them again in packed rows with the same function (`word_hashes`).
 
   semantic    PMI-Masking (Levine et al., ICLR 2021; github.com/AI21Labs/pmi-masking). Word
               n-grams of 2 to 5 words seen at least `masking.pmi_min_count` times (the paper:
-              more than 10) are ranked by the paper's PMI_n: log p(w1..wn) minus the largest sum
-              of log-probabilities over the n-gram's segmentations into two or more contiguous
-              parts, each length apart; the vocabulary is the top `masking.pmi_ngrams` in the
-              paper's shares (LENGTH_SHARES: half bigrams). In a row, its occurrences are units
+              more than 10) whose PMI_n is above zero (log p(w1..wn) minus the largest sum of
+              log-probabilities over the n-gram's segmentations into two or more contiguous
+              parts: more likely together than in any split) are ranked, each length apart, by
+              PMI_n (or `masking.pmi_score='p2'`: PMI_n + log p, github.com/shaigue/pmi_masking's
+              score, which favours the frequent ones). The vocabulary takes the best of each
+              length in the paper's shares (LENGTH_SHARES: half bigrams), as many as it takes
+              for `masking.pmi_coverage` of the sample's words to lie inside an occurrence of a
+              kept n-gram (the paper sized its 800K n-grams for about half), or
+              `masking.pmi_ngrams` of them if set; a length with too few such n-grams for its
+              share, or a coverage out of reach, is said in a warning. In a row, its occurrences are units
               taken whole (one inside a longer one gives way to it; of two overlapping
-              otherwise, one at random), every other word a unit of its own, all in a
+              otherwise, the one of higher PMI_n, so a collocation is never split by a weaker
+              n-gram, at random between equals), every other word a unit of its own, all in a
               uniformly random order while they fit the budget; the 80/10/10 replacement is
               decided per unit.
   contextual  InforMask (Sadeq et al., EMNLP 2022). The informative relevance of a mask is the
@@ -49,9 +56,11 @@ MAX_N = 5  # the longest n-gram (the paper's)
 # The PMI vocabulary's shares of 2-, 3-, 4- and 5-grams: PMI_n is length-sensitive, so each
 # length is ranked apart (the paper's masking vocabulary, github.com/AI21Labs/pmi-masking).
 LENGTH_SHARES = (0.5, 0.25, 0.125, 0.125)
+COVERAGE = 0.5  # the share of words inside a kept n-gram (masking.pmi_coverage's default)
+SCORES = ("pmi", "p2")  # what ranks the n-grams of a length (module docstring)
 WINDOW = 5  # words on each side a word's relevance counts
 MAX_WORDS = 2_000_000  # the most words counted (memory: module docstring)
-_VERSION = 1
+_VERSION = 2  # 2: the coverage reached and each n-gram's PMI_n
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,6 +70,8 @@ class Cooccurrence:
   ngrams: np.ndarray      # [K] uint64
   pairs: np.ndarray       # [Q] uint64
   pair_pmi: np.ndarray    # [Q] float32
+  coverage: float = float("nan")  # the share of the sample's words inside a kept n-gram
+  ngram_pmi: np.ndarray | None = None  # [K] float32 PMI_n of each n-gram (None: all equal)
 
 
 def word_hashes(ids, seg, maskable, stats: vocab_stats_lib.VocabStats):
@@ -124,11 +135,12 @@ def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
-            num_ngrams: int, min_count: int, length_shares=LENGTH_SHARES) -> Cooccurrence:
+            num_ngrams: int, min_count: int, length_shares=LENGTH_SHARES,
+            coverage: float = COVERAGE, score: str = "pmi") -> Cooccurrence:
   """The tables from an evenly spaced sample of `max_documents` tokenized documents, taken in a
   fixed random order (so a sample cut at MAX_WORDS is still spread over the corpus).
-  `length_shares`: the vocabulary's share of 2-, 3-, 4- and 5-grams (each length ranked
-  apart)."""
+  `num_ngrams`: the vocabulary's size (0: as many as `coverage` takes); `length_shares`: its
+  share of 2-, 3-, 4- and 5-grams (each length ranked apart by `score`)."""
   n_docs = len(documents)
   picked = (np.arange(n_docs) if n_docs <= max_documents
             else np.arange(max_documents) * n_docs // max_documents)
@@ -155,14 +167,16 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
   run = np.concatenate(all_runs + [np.zeros(0, np.int64)])
   total = max(len(words), 1)
   log_p = {}  # n -> (sorted hashes, log-probabilities)
-  grams, at = {}, {}
+  grams, at, fits = {}, {}, {}
   for n in range(1, MAX_N + 1):
-    at[n], ok = ngram_hashes(words, run, n)
+    at[n], fits[n] = ngram_hashes(words, run, n)
+    ok = fits[n]
     uniq, first, counts = _counts(at[n][ok])
     log_p[n] = (uniq, np.log(counts / total))
     grams[n] = (uniq, np.flatnonzero(ok)[first], counts)
-  vocabulary = []
-  for n, share in zip(range(2, MAX_N + 1), length_shares):
+  ranked, pmi_of = {}, {}  # n -> the n-grams with PMI_n > 0 seen min_count times, best
+  # first, and their PMI_n
+  for n in range(2, MAX_N + 1):
     uniq, where, counts = grams[n]
     keep = counts >= min_count
     best = np.full(keep.sum(), -np.inf)
@@ -172,9 +186,19 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
         idx, found = _lookup(log_p[b - a][0], at[b - a][where[keep] + a])
         total_lp += np.where(found, log_p[b - a][1][idx], log_p[n][1][keep])
       best = np.maximum(best, total_lp)
-    score = np.log(counts[keep] / total) - best
-    top = np.argsort(-score, kind="stable")[:int(round(share * num_ngrams))]
-    vocabulary.append(uniq[keep][top])
+    log_pn = np.log(counts[keep] / total)
+    pmi = log_pn - best
+    rank = pmi if score == "pmi" else pmi + log_pn
+    positive = pmi > 0
+    order = np.argsort(-rank[positive], kind="stable")
+    ranked[n] = uniq[keep][positive][order]
+    pmi_of[n] = pmi[positive][order]
+  vocabulary, reached = _sized(ranked, {n: (at[n], fits[n]) for n in ranked}, len(words),
+                               length_shares, num_ngrams, coverage)
+  ngrams = np.concatenate(vocabulary)
+  ngram_pmi = np.concatenate([pmi_of[n][:len(v)] for n, v in zip(range(2, MAX_N + 1),
+                                                                 vocabulary)])
+  by_hash = np.argsort(ngrams, kind="stable")
   lefts, keys = _pairs(words, run)
   left = np.concatenate(lefts)
   right = np.concatenate([i + d for d, i in enumerate(lefts, 1)])
@@ -185,8 +209,53 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
   lp_a = uni_lp[np.searchsorted(uni_h, at[1][left[first[kept]]])]
   lp_b = uni_lp[np.searchsorted(uni_h, at[1][right[first[kept]]])]
   pmi = np.log(pair_counts[kept] / max(len(left), 1)) - lp_a - lp_b
-  return Cooccurrence(np.sort(np.concatenate(vocabulary)), pair_keys[kept],
-                     pmi.astype(np.float32))
+  return Cooccurrence(ngrams[by_hash], pair_keys[kept], pmi.astype(np.float32), reached,
+                     ngram_pmi[by_hash].astype(np.float32))
+
+
+def _sized(ranked: dict, at: dict, num_words: int, length_shares, num_ngrams: int,
+           coverage: float) -> tuple[list[np.ndarray], float]:
+  """(each length's kept n-grams, the share of the words inside one of their occurrences): the
+  best `share x K` of each length's `ranked`, K = `num_ngrams`, or (0) the smallest K whose
+  n-grams cover `coverage` of the words (coverage grows with K: a bisection). `at`: n -> (the
+  hash of the n-gram starting at each word, whether one fits there)."""
+  def kept(k: int) -> list[np.ndarray]:
+    return [ranked[n][:int(round(share * k))] for n, share in zip(range(2, MAX_N + 1),
+                                                                 length_shares)]
+
+  def covered(k: int) -> float:
+    inside = np.zeros(num_words + 1, np.int64)  # +1 at an occurrence's start, -1 past its end
+    for n, grams in zip(range(2, MAX_N + 1), kept(k)):
+      hashes, ok = at[n]
+      _, found = _lookup(np.sort(grams), hashes)
+      first = np.flatnonzero(ok & found)
+      np.add.at(inside, first, 1)
+      np.add.at(inside, first + n, -1)
+    return np.count_nonzero(np.cumsum(inside)[:num_words]) / max(num_words, 1)
+
+  # The K that takes every length's last eligible n-gram: no larger one changes anything.
+  most = max([int(np.ceil(len(ranked[n]) / share)) for n, share in
+              zip(range(2, MAX_N + 1), length_shares) if share > 0] + [1])
+  size = num_ngrams
+  if not size:
+    low, size = 1, most
+    if covered(most) < coverage:
+      logging.warning("masking.pmi_coverage=%g is out of reach: every n-gram with PMI_n > 0"
+                      " seen masking.pmi_min_count times covers %.1f%% of the words", coverage,
+                      100 * covered(most))
+    while low < size:
+      mid = (low + size) // 2
+      low, size = (low, mid) if covered(mid) >= coverage else (mid + 1, size)
+  for n, share in zip(range(2, MAX_N + 1), length_shares):
+    if len(ranked[n]) < int(round(share * size)):
+      logging.warning("masking.pmi_length_shares: %d-grams are %d of a vocabulary of %d, but"
+                      " only %d have PMI_n > 0 and masking.pmi_min_count occurrences", n,
+                      int(round(share * size)), size, len(ranked[n]))
+  vocabulary = kept(size)
+  reached = covered(size)
+  logging.info("PMI vocabulary: %s n-grams of 2-5 words, %.1f%% of the words inside one",
+               "/".join(str(len(v)) for v in vocabulary), 100 * reached)
+  return vocabulary, reached
 
 
 def _segmentations(n: int):
@@ -201,19 +270,22 @@ def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence,
 
   PMI-Masking's units: each occurrence of a vocabulary n-gram is a unit, and each word outside
   them (whole-word masking). An occurrence inside a longer one gives way to it; of occurrences
-  that overlap otherwise, one wins at random and the other's words outside it are words of
-  their own. `priority` [R, T] decides, at each occurrence's first piece (the higher wins); None:
-  the earlier one wins."""
+  that overlap otherwise, the one of higher PMI_n wins (table.ngram_pmi), between equals the
+  one of higher `priority` [R, T] at its first piece (random; None: the earlier one), and the
+  other's words outside it are words of their own."""
   num_rows, length = starts.shape
   r, c = np.nonzero(starts)
   words, run = _words_of(starts, hashes, seg)
   w = len(words)
   index = np.arange(w)
   span = np.zeros(w, np.int64)  # words of the longest vocabulary n-gram starting at each word
+  strength = np.zeros(w)  # its PMI_n
   for n in range(2, MAX_N + 1):
     h, ok = ngram_hashes(words, run, n)
-    _, found = _lookup(table.ngrams, h)
+    idx, found = _lookup(table.ngrams, h)
     span = np.where(ok & found, n, span)
+    if table.ngram_pmi is not None and len(table.ngram_pmi):
+      strength = np.where(ok & found, table.ngram_pmi[idx], strength)
   end = np.where(span > 0, index + span, 0)
   earlier_end = np.maximum.accumulate(np.concatenate([[0], end[:-1]]))[:w]
   alive = (span > 0) & (earlier_end < end)  # not inside an earlier, longer occurrence
@@ -224,8 +296,12 @@ def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence,
     for d in range(1, min(MAX_N, w)):
       # i overlaps i + d when d < span[i]; each loses to the other's higher priority
       pair = alive[:-d] & alive[d:] & (d < span[:-d])
-      beaten[:-d] |= pair & (prio[d:] > prio[:-d])
-      beaten[d:] |= pair & (prio[:-d] > prio[d:])
+      right_wins = (strength[d:] > strength[:-d]) | (
+          (strength[d:] == strength[:-d]) & (prio[d:] > prio[:-d]))
+      left_wins = (strength[:-d] > strength[d:]) | (
+          (strength[:-d] == strength[d:]) & (prio[:-d] > prio[d:]))
+      beaten[:-d] |= pair & right_wins
+      beaten[d:] |= pair & left_wins
     won = alive & ~beaten
     kept |= won
     lost = np.zeros(w, bool)
@@ -287,13 +363,17 @@ def informative_relevance(pairs: WordPairs, masked_words: np.ndarray, num_rows: 
 def save(table: Cooccurrence, path: str) -> None:
   buf = io.BytesIO()
   np.savez(buf, version=np.int64(_VERSION), ngrams=table.ngrams, pairs=table.pairs,
-           pair_pmi=table.pair_pmi)
+           pair_pmi=table.pair_pmi, coverage=np.float64(table.coverage),
+           ngram_pmi=np.zeros(0, np.float32) if table.ngram_pmi is None else table.ngram_pmi)
   paths.write_atomic(path, buf.getvalue())
 
 
 def load(path: str) -> Cooccurrence:
   with np.load(io.BytesIO(paths.read_bytes(path)), allow_pickle=False) as z:
-    return Cooccurrence(z["ngrams"], z["pairs"], z["pair_pmi"])
+    if "coverage" not in z:  # version 1: neither the coverage nor the n-grams' PMI_n
+      return Cooccurrence(z["ngrams"], z["pairs"], z["pair_pmi"])
+    return Cooccurrence(z["ngrams"], z["pairs"], z["pair_pmi"], float(z["coverage"]),
+                        z["ngram_pmi"] if len(z["ngram_pmi"]) else None)
 
 
 def path_beside(stats_path: str) -> str:
@@ -302,13 +382,15 @@ def path_beside(stats_path: str) -> str:
 
 
 def get(documents, stats, path: str, max_documents: int, num_ngrams: int,
-        min_count: int, length_shares=LENGTH_SHARES) -> Cooccurrence:
+        min_count: int, length_shares=LENGTH_SHARES, coverage: float = COVERAGE,
+        score: str = "pmi") -> Cooccurrence:
   """The run's tables: the saved ones at `path`, else computed and saved there."""
   if paths.exists(path):
     logging.info("Reusing co-occurrence statistics %s", path)
     return load(path)
   logging.info("Counting word n-grams and pairs of up to %d documents...", max_documents)
-  table = compute(documents, stats, max_documents, num_ngrams, min_count, length_shares)
+  table = compute(documents, stats, max_documents, num_ngrams, min_count, length_shares,
+                  coverage, score)
   save(table, path)
   logging.info("Saved %d PMI n-grams and %d word pairs to %s", len(table.ngrams),
                len(table.pairs), path)

@@ -12,6 +12,7 @@ import numpy as np
 
 from mlmjax import typed_settings
 from mlmjax.data.text import annotation
+from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import diffusion
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import syntax
@@ -86,6 +87,8 @@ class Settings(typed_settings.Section):
   phrase_max_words: int
   syntax_weights: str
   pmi_ngrams: int
+  pmi_coverage: float
+  pmi_score: str
   pmi_length_shares: tuple
   pmi_min_count: int
   contextual_candidates: int
@@ -178,9 +181,14 @@ class Settings(typed_settings.Section):
       if self.phrase_max_words < 1:
         raise ConfigError(f"masking.phrase_max_words={self.phrase_max_words} must be >= 1")
     if used & set(NEEDS_COOCCURRENCE):
-      if self.pmi_ngrams < 1 or self.pmi_min_count < 1:
-        raise ConfigError(f"masking.pmi_ngrams={self.pmi_ngrams} and masking.pmi_min_count="
-                          f"{self.pmi_min_count} must be >= 1")
+      if self.pmi_ngrams < 0 or self.pmi_min_count < 1:
+        raise ConfigError(f"masking.pmi_ngrams={self.pmi_ngrams} must be >= 0 (0: sized by"
+                          f" masking.pmi_coverage) and masking.pmi_min_count="
+                          f"{self.pmi_min_count} >= 1")
+      if not 0 < self.pmi_coverage <= 1:
+        raise ConfigError(f"masking.pmi_coverage={self.pmi_coverage} must be in (0, 1]: the"
+                          " share of words inside a kept n-gram")
+      typed_settings.one_of("masking.pmi_score", self.pmi_score, cooccurrence.SCORES)
       shares = self.pmi_length_shares
       if (len(shares) != 4 or min(shares) < 0
           or abs(sum(shares) - 1.0) > 1e-6):
