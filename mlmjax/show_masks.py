@@ -33,7 +33,8 @@ from mlmjax.training import masks_preview
 
 _CONFIG = cli.define_config_file()
 _WORKDIR = flags.DEFINE_string("workdir", "", "A run folder whose tokenizer and statistics to"
-                               " use, or where to keep those it makes (default: a temporary folder).")
+                               " use, or where to keep those it makes (default: a temporary"
+                               " folder).")
 _ROWS = flags.DEFINE_integer("rows", 4, "Rows to print.")
 _JSON = flags.DEFINE_bool("json", False, "JSON lines instead of text.")
 _STEP = flags.DEFINE_integer("step", 0, "Mask the batch's rows as training would at this step"
