@@ -69,7 +69,8 @@ def one_process(tmp_path_factory, tokenizer_path):
 
 
 def test_two_processes_train_like_one(two_process_run, one_process):
-  """(conftest's two_process_run: OVERRIDES' run, with checkpoints every 2 steps.)"""
+  """conftest's two_process_run: OVERRIDES' 8 steps, but checkpointed every 2 steps (its flags
+  are TWO_PROCESS_OVERRIDES, shared with tests/training/test_buckets.py)."""
   workdir, logs = two_process_run
   assert "step 8/8 | loss" in logs[0] and "| loss" not in logs[1]  # process 0 logs
   rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]

@@ -223,7 +223,6 @@ def test_a_slow_input_is_named_a_straggler_and_a_blocked_loop_ends_both_processe
            "--config.data.worker_count=1", "--config.watchdog.min_step_seconds=10"]
   procs = _start(workdir, tokenizer_path, extra, processes=2, tag="slow")
   _wait_for(lambda: any(r["last_step"] >= 12 for r in _records(workdir, 1)), procs, "step 12")
-  workers = _input_workers(procs[1])
   deadline = time.monotonic() + 120
   metrics = os.path.join(workdir, "metrics.jsonl")
   named = lambda: os.path.exists(metrics) and "straggler/process_1" in open(metrics).read()
@@ -231,6 +230,9 @@ def test_a_slow_input_is_named_a_straggler_and_a_blocked_loop_ends_both_processe
     assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
     # Stopped 97% of the time: it falls behind, each batch late by less than the 10 s limit,
     # on an idle machine and on one busy enough to slow every step (measured both ways).
+    # Looked up each time: a worker started after the first look (a suite run once took it
+    # at step 12 and trained on at full speed to step 770 while other processes were stopped).
+    workers = _input_workers(procs[1])
     _signal_all(workers, signal.SIGSTOP)
     time.sleep(1.5)
     _signal_all(workers, signal.SIGCONT)
