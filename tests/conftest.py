@@ -3,14 +3,13 @@ one compilation cache for the session.
 
 tests/<folder>/ holds the tests of mlmjax/<folder>/ (commands/: the top-level commands;
 project/: launch scripts, the notebook, packaging). The folders are packages, so two may hold
-files of the same name; tests/ itself is not, so that this file, storage_servers.py and
-synthetic_steps.py import by their bare names. `@pytest.mark.slow` marks the end-to-end tests;
-`python -m pytest -m "not slow"` is the fast tier, `python -m pytest` runs everything."""
+files of the same name; tests/ itself is not, so that this file, storage_servers.py,
+synthetic_steps.py and shared_runs.py import by their bare names. `@pytest.mark.slow` marks
+the end-to-end tests; `python -m pytest -m "not slow"` is the fast tier, `python -m pytest`
+runs everything."""
 
 import atexit
-import fcntl
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -40,7 +39,7 @@ if "MLMJAX_TEST_JAX_CACHE" not in os.environ:
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
   os.environ["MLMJAX_TEST_JAX_CACHE"] = _CACHE
 # A folder every pytest process of the session shares, like the cache: runs that tests in
-# several files read, made once whichever xdist worker asks first (shared_run below).
+# several files read, made once whichever xdist worker asks first (tests/shared_runs.py).
 if "MLMJAX_TEST_SHARED" not in os.environ:
   _SHARED = tempfile.mkdtemp(prefix="mlmjax_test_shared_")
   atexit.register(shutil.rmtree, _SHARED, ignore_errors=True)
@@ -161,64 +160,13 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_line(f"recorded each file's seconds in {FILE_SECONDS}")
 
 
-def shared_run(name: str, make) -> str:
-  """MLMJAX_TEST_SHARED/NAME, made by `make(folder)` once per session by whichever process asks
-  first while the others wait on its lock: a run that tests in several files compare with,
-  whichever xdist worker runs them. A `make` that fails leaves it to the next to ask."""
-  folder = os.path.join(os.environ["MLMJAX_TEST_SHARED"], name)
-  with open(folder + ".lock", "w", encoding="utf-8") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if not os.path.exists(folder + ".done"):
-      shutil.rmtree(folder, ignore_errors=True)
-      os.makedirs(folder)
-      make(folder)
-      open(folder + ".done", "w", encoding="utf-8").close()
-  return folder
-
-
-# The tiny preset's 8 steps on two processes of one CPU device each (jax.distributed on
-# localhost), checkpointed every 2 steps: two_process_run's flags, which the tests that compare
-# with it start from.
-TWO_PROCESS_OVERRIDES = [
-    "--config.train.batch_size=8", "--config.data.num_shards=2", "--config.data.seq_len=32",
-    "--config.masking.max_predictions_per_seq=10", "--config.model.num_layers=2",
-    "--config.train.log_every_steps=2", "--config.train.checkpoint_every_steps=2",
-    "--config.train.eval_every_steps=4", "--config.train.eval_batches=1",
-    "--config.train.warmup_steps=2", "--config.train.steps=8"]
-
-
 @pytest.fixture(scope="session")
 def two_process_run(tokenizer_path) -> tuple[str, list[str]]:
-  """A run of TWO_PROCESS_OVERRIDES, once per session (shared_run; each worker trains its own
-  tokenizer, so the run is kept per tokenizer file): (its workdir, each process's log).
+  """shared_runs.two_processes: (workdir, logs) of the tiny preset's 8 steps on two processes.
   tests/parallel/test_multiprocess.py checks it against one process, tests/training/
   test_buckets.py a bucket's run against it."""
-  import portpicker  # pylint: disable=g-import-not-at-top
-  with open(tokenizer_path, "rb") as f:
-    digest = hashlib.sha256(f.read()).hexdigest()[:16]
-
-  def make(folder):
-    port = portpicker.pick_unused_port()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    procs = []
-    for i in range(2):
-      with open(os.path.join(folder, f"{i}.log"), "w", encoding="utf-8") as log:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "mlmjax.main", "--config=configs/tiny.py",
-             f"--workdir={folder}/run", f"--config.tokenizer.path={tokenizer_path}",
-             *TWO_PROCESS_OVERRIDES, f"--coordinator_address=127.0.0.1:{port}",
-             "--num_processes=2", f"--process_id={i}"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log))
-    for i, p in enumerate(procs):
-      with open(os.path.join(folder, f"{i}.log"), encoding="utf-8") as log:
-        assert p.wait(timeout=600) == 0, log.read()[-3000:]
-
-  folder = shared_run(f"two_processes_{digest}", make)
-  logs = []
-  for i in range(2):
-    with open(os.path.join(folder, f"{i}.log"), encoding="utf-8") as f:
-      logs.append(f.read())
-  return os.path.join(folder, "run"), logs
+  import shared_runs  # pylint: disable=g-import-not-at-top
+  return shared_runs.two_processes(tokenizer_path)
 
 
 @pytest.fixture(scope="session")

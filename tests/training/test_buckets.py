@@ -15,7 +15,8 @@ import portpicker
 import pytest
 
 import storage_servers
-from conftest import REPO, TWO_PROCESS_OVERRIDES, assert_same_arrays, saved_state
+from conftest import REPO, assert_same_arrays, saved_state
+from shared_runs import TWO_PROCESS_OVERRIDES
 from mlmjax import paths
 from mlmjax.training import workdir_lock
 
@@ -157,7 +158,7 @@ def test_a_holder_whose_lease_was_taken_stops_renewing_it(bucket, caplog):
 
 
 # ---- a two-process run in a gs:// workdir, killed and restarted -------------------------------
-OVERRIDES = TWO_PROCESS_OVERRIDES  # those of conftest's two_process_run, its local twin
+OVERRIDES = TWO_PROCESS_OVERRIDES  # those of the shared two_process_run, its local twin
 
 
 def _start(workdir, tokenizer_path, env, log_dir, tag):

@@ -7,6 +7,7 @@
   syntax.py      units and weights from spaCy's annotations (syntax), recognised entities
   cooccurrence.py  word n-gram and pair statistics (semantic: PMI-Masking, contextual:
                  InforMask)
+  pmi_vocabulary.py  PMI-Masking's n-grams: PMI_n > 0, per-length shares, sized by coverage
   strategies.py  the base strategies, one selection function each, in one table
   diffusion.py   masked diffusion's per-document rates and independent masks
   masker.py      mixture, static, diffusion, the 80/10/10 replacement: what the pipeline calls

@@ -4,20 +4,10 @@ Words are the masker's words (units.py: a ▁-piece and its continuation, punctu
 each identified by a 64-bit hash of its pieces, so the tables are tokenizer-exact and the
 masker finds them again in packed rows with the same function (`word_hashes`).
 
-  semantic    PMI-Masking (Levine et al., ICLR 2021; github.com/AI21Labs/pmi-masking). Word
-              n-grams of 2 to 5 words seen at least `masking.pmi_min_count` times (the paper:
-              more than 10) whose PMI_n is above zero (log p(w1..wn) minus the largest sum of
-              log-probabilities over the n-gram's segmentations into two or more contiguous
-              parts: more likely together than in any split) are ranked, each length apart, by
-              PMI_n (or `masking.pmi_score='p2'`: PMI_n + log p, github.com/shaigue/pmi_masking's
-              score, which favours the frequent ones). The vocabulary takes the best of each
-              length in the paper's shares (LENGTH_SHARES: half bigrams), as many as it takes
-              for `masking.pmi_coverage` of the sample's words to lie inside an occurrence of a
-              kept n-gram (the paper sized its 800K n-grams for about half), or
-              `masking.pmi_ngrams` of them if set; a length with too few such n-grams for its
-              share, or a coverage out of reach, is said in a warning. In a row, its
-              occurrences are units taken whole (one inside a longer one gives way to it; of
-              two overlapping otherwise, the one of higher PMI_n, so a collocation is never
+  semantic    PMI-Masking (Levine et al., ICLR 2021; github.com/AI21Labs/pmi-masking). The
+              vocabulary of correlated word n-grams, chosen from this sample's counts:
+              pmi_vocabulary.py. In a row, its occurrences are units taken whole (one inside a
+              longer one gives way to it; of two overlapping otherwise, the one of higher PMI_n, so a collocation is never
               split by a weaker n-gram, at random between equals), every other word a unit of
               its own, all in a uniformly random order while they fit the budget; the 80/10/10
               replacement is decided per unit.
@@ -40,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import itertools
 
 from absl import logging
 import numpy as np
@@ -48,16 +37,12 @@ import numpy as np
 from mlmjax import paths
 from mlmjax.data.text import annotation
 from mlmjax.data.text import vocab_stats as vocab_stats_lib
+from mlmjax.data.masking import pmi_vocabulary
 from mlmjax.data.masking import units
+from mlmjax.data.masking.pmi_vocabulary import COVERAGE, LENGTH_SHARES, MAX_N, lookup
 from mlmjax.data.masking.uniforms import GOLDEN, M1, M2, mix64
 from mlmjax.models import special_ids
 
-MAX_N = 5  # the longest n-gram (the paper's)
-# The PMI vocabulary's shares of 2-, 3-, 4- and 5-grams: PMI_n is length-sensitive, so each
-# length is ranked apart (the paper's masking vocabulary, github.com/AI21Labs/pmi-masking).
-LENGTH_SHARES = (0.5, 0.25, 0.125, 0.125)
-COVERAGE = 0.5  # the share of words inside a kept n-gram (masking.pmi_coverage's default)
-SCORES = ("pmi", "p2")  # what ranks the n-grams of a length (module docstring)
 WINDOW = 5  # words on each side a word's relevance counts
 MAX_WORDS = 2_000_000  # the most words counted (memory: module docstring)
 _VERSION = 2  # 2: the coverage reached and each n-gram's PMI_n
@@ -124,11 +109,6 @@ def _pairs(words, run):
   return lefts, keys
 
 
-def _lookup(table: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-  idx = np.minimum(np.searchsorted(table, keys), max(len(table) - 1, 0))
-  return idx, (table[idx] == keys) if len(table) else np.zeros(keys.shape, bool)
-
-
 def _counts(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   uniq, first, counts = np.unique(keys, return_index=True, return_counts=True)
   return uniq, first, counts
@@ -174,31 +154,8 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
     uniq, first, counts = _counts(at[n][ok])
     log_p[n] = (uniq, np.log(counts / total))
     grams[n] = (uniq, np.flatnonzero(ok)[first], counts)
-  ranked, pmi_of = {}, {}  # n -> the n-grams with PMI_n > 0 seen min_count times, best
-  # first, and their PMI_n
-  for n in range(2, MAX_N + 1):
-    uniq, where, counts = grams[n]
-    keep = counts >= min_count
-    best = np.full(keep.sum(), -np.inf)
-    for cuts in _segmentations(n):
-      total_lp = np.zeros(keep.sum())
-      for a, b in zip((0,) + cuts, cuts + (n,)):
-        idx, found = _lookup(log_p[b - a][0], at[b - a][where[keep] + a])
-        total_lp += np.where(found, log_p[b - a][1][idx], log_p[n][1][keep])
-      best = np.maximum(best, total_lp)
-    log_pn = np.log(counts[keep] / total)
-    pmi = log_pn - best
-    rank = pmi if score == "pmi" else pmi + log_pn
-    positive = pmi > 0
-    order = np.argsort(-rank[positive], kind="stable")
-    ranked[n] = uniq[keep][positive][order]
-    pmi_of[n] = pmi[positive][order]
-  vocabulary, reached = _sized(ranked, {n: (at[n], fits[n]) for n in ranked}, len(words),
-                               length_shares, num_ngrams, coverage)
-  ngrams = np.concatenate(vocabulary)
-  ngram_pmi = np.concatenate([pmi_of[n][:len(v)] for n, v in zip(range(2, MAX_N + 1),
-                                                                 vocabulary)])
-  by_hash = np.argsort(ngrams, kind="stable")
+  ngrams, ngram_pmi, reached = pmi_vocabulary.choose(
+      grams, at, fits, log_p, total, min_count, length_shares, num_ngrams, coverage, score)
   lefts, keys = _pairs(words, run)
   left = np.concatenate(lefts)
   right = np.concatenate([i + d for d, i in enumerate(lefts, 1)])
@@ -209,59 +166,7 @@ def compute(documents, stats: vocab_stats_lib.VocabStats, max_documents: int,
   lp_a = uni_lp[np.searchsorted(uni_h, at[1][left[first[kept]]])]
   lp_b = uni_lp[np.searchsorted(uni_h, at[1][right[first[kept]]])]
   pmi = np.log(pair_counts[kept] / max(len(left), 1)) - lp_a - lp_b
-  return Cooccurrence(ngrams[by_hash], pair_keys[kept], pmi.astype(np.float32), reached,
-                     ngram_pmi[by_hash].astype(np.float32))
-
-
-def _sized(ranked: dict, at: dict, num_words: int, length_shares, num_ngrams: int,
-           coverage: float) -> tuple[list[np.ndarray], float]:
-  """(each length's kept n-grams, the share of the words inside one of their occurrences): the
-  best `share x K` of each length's `ranked`, K = `num_ngrams`, or (0) the smallest K whose
-  n-grams cover `coverage` of the words (coverage grows with K: a bisection). `at`: n -> (the
-  hash of the n-gram starting at each word, whether one fits there)."""
-  def kept(k: int) -> list[np.ndarray]:
-    return [ranked[n][:int(round(share * k))] for n, share in zip(range(2, MAX_N + 1),
-                                                                 length_shares)]
-
-  def covered(k: int) -> float:
-    inside = np.zeros(num_words + 1, np.int64)  # +1 at an occurrence's start, -1 past its end
-    for n, grams in zip(range(2, MAX_N + 1), kept(k)):
-      hashes, ok = at[n]
-      _, found = _lookup(np.sort(grams), hashes)
-      first = np.flatnonzero(ok & found)
-      np.add.at(inside, first, 1)
-      np.add.at(inside, first + n, -1)
-    return np.count_nonzero(np.cumsum(inside)[:num_words]) / max(num_words, 1)
-
-  # The K that takes every length's last eligible n-gram: no larger one changes anything.
-  most = max([int(np.ceil(len(ranked[n]) / share)) for n, share in
-              zip(range(2, MAX_N + 1), length_shares) if share > 0] + [1])
-  size = num_ngrams
-  if not size:
-    low, size = 1, most
-    if covered(most) < coverage:
-      logging.warning("masking.pmi_coverage=%g is out of reach: every n-gram with PMI_n > 0"
-                      " seen masking.pmi_min_count times covers %.1f%% of the words", coverage,
-                      100 * covered(most))
-    while low < size:
-      mid = (low + size) // 2
-      low, size = (low, mid) if covered(mid) >= coverage else (mid + 1, size)
-  for n, share in zip(range(2, MAX_N + 1), length_shares):
-    if len(ranked[n]) < int(round(share * size)):
-      logging.warning("masking.pmi_length_shares: %d-grams are %d of a vocabulary of %d, but"
-                      " only %d have PMI_n > 0 and masking.pmi_min_count occurrences", n,
-                      int(round(share * size)), size, len(ranked[n]))
-  vocabulary = kept(size)
-  reached = covered(size)
-  logging.info("PMI vocabulary: %s n-grams of 2-5 words, %.1f%% of the words inside one",
-               "/".join(str(len(v)) for v in vocabulary), 100 * reached)
-  return vocabulary, reached
-
-
-def _segmentations(n: int):
-  """Cut points of every split of n words into 2 or more contiguous parts: (1,), (2,), (1, 2)..."""
-  for k in range(1, n):
-    yield from itertools.combinations(range(1, n), k)
+  return Cooccurrence(ngrams, pair_keys[kept], pmi.astype(np.float32), reached, ngram_pmi)
 
 
 def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence,
@@ -282,7 +187,7 @@ def ngram_units(starts, hashes, seg, maskable, table: Cooccurrence,
   strength = np.zeros(w)  # its PMI_n
   for n in range(2, MAX_N + 1):
     h, ok = ngram_hashes(words, run, n)
-    idx, found = _lookup(table.ngrams, h)
+    idx, found = lookup(table.ngrams, h)
     span = np.where(ok & found, n, span)
     if table.ngram_pmi is not None and len(table.ngram_pmi):
       strength = np.where(ok & found, table.ngram_pmi[idx], strength)
@@ -341,7 +246,7 @@ def word_pairs(starts, hashes, seg, table: Cooccurrence) -> WordPairs:
   words, run = _words_of(starts, hashes, seg)
   rows, lefts, rights, pmis = [], [], [], []
   for d, (left, keys) in enumerate(zip(*_pairs(words, run)), 1):
-    idx, found = _lookup(table.pairs, keys)
+    idx, found = lookup(table.pairs, keys)
     rows.append(r[left[found]])
     lefts.append(left[found])
     rights.append(left[found] + d)

@@ -12,7 +12,7 @@ import numpy as np
 
 from mlmjax import typed_settings
 from mlmjax.data.text import annotation
-from mlmjax.data.masking import cooccurrence
+from mlmjax.data.masking import pmi_vocabulary
 from mlmjax.data.masking import diffusion
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import syntax
@@ -188,7 +188,7 @@ class Settings(typed_settings.Section):
       if not 0 < self.pmi_coverage <= 1:
         raise ConfigError(f"masking.pmi_coverage={self.pmi_coverage} must be in (0, 1]: the"
                           " share of words inside a kept n-gram")
-      typed_settings.one_of("masking.pmi_score", self.pmi_score, cooccurrence.SCORES)
+      typed_settings.one_of("masking.pmi_score", self.pmi_score, pmi_vocabulary.SCORES)
       shares = self.pmi_length_shares
       if (len(shares) != 4 or min(shares) < 0
           or abs(sum(shares) - 1.0) > 1e-6):
