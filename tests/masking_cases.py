@@ -169,3 +169,47 @@ def _hash_of(tok, stats, text):
   starts, hashes = cooccurrence.word_hashes(ids, np.ones_like(ids), ids >= 5, stats)
   words = hashes[starts]
   return int(cooccurrence.ngram_hashes(words, np.zeros(len(words), np.int64), len(words))[0][0])
+
+
+def _word(rng, used: set) -> str:
+  """A made-up lowercase word of 6 letters, new to `used` (a word the masker sees whole)."""
+  while True:
+    w = "".join(rng.choice(list("bcdfghjklmnprstvwz"), 3)) + "".join(rng.choice(list("aeiou"), 3))
+    w = w[0] + w[3] + w[1] + w[4] + w[2] + w[5]
+    if w not in used:
+      used.add(w)
+      return w
+
+
+def _made_up_words(count, seed=1):
+  rng, used = np.random.default_rng(seed), set()
+  return [_word(rng, used) for _ in range(count)]
+
+
+def _planted_corpus():
+  """200 documents of 30 filler words (60 of them, drawn at random: no n-gram of them is seen
+  11 times) with planted n-grams of words found nowhere else, each planted n-gram seen a
+  distinct number of times, and a frequent bigram of two frequent words.
+
+  A tight n-gram seen c times out of N words has PMI_n = log(N / c): the rarer, the higher, so
+  ranking by count puts them in the opposite order, and the frequent bigram (seen most of all)
+  first; the vocabulary's top 8 with the paper's shares is the 4 rarest planted bigrams, the 2
+  rarest trigrams, the rarest 4-gram and the rarest 5-gram."""
+  rng = np.random.default_rng(0)
+  used: set = set()
+  filler = [_word(rng, used) for _ in range(60)]
+  frequent = (_word(rng, used), _word(rng, used))
+  planted = {}  # n-gram -> times planted
+  for n, counts in ((2, (12, 13, 14, 15, 16)), (3, (20, 21, 22)), (4, (30, 31)), (5, (40, 41)),
+                    (2, (9,))):  # a tight bigram seen 9 times: under the minimum count
+    for c in counts:
+      planted[tuple(_word(rng, used) for _ in range(n))] = c
+  docs = [list(rng.choice(filler, 30)) for _ in range(200)]
+  for gram, c in [*planted.items(), (frequent, 45)]:
+    for _ in range(c):
+      doc = docs[int(rng.integers(len(docs)))]
+      doc.insert(int(rng.integers(len(doc) + 1)), " ".join(gram))
+  for _ in range(300):  # the frequent words also alone, often
+    doc = docs[int(rng.integers(len(docs)))]
+    doc.insert(int(rng.integers(len(doc) + 1)), frequent[int(rng.integers(2))])
+  return [" ".join(d) for d in docs], planted, frequent

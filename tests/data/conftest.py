@@ -3,7 +3,7 @@ corpus made by the real row builder, once per session."""
 
 import pytest
 
-from masking_cases import NLP, PHRASES, _rows, _words
+from masking_cases import NLP, PHRASES, _made_up_words, _planted_corpus, _rows, _words
 from mlmjax.data.text import annotation
 from mlmjax.data import pipeline
 from mlmjax.data.text import tokenizer as tok_lib
@@ -52,3 +52,21 @@ def gazetteer(tok, tmp_path_factory):
   path.write_text("\n\n".join(PHRASES), encoding="utf-8")  # blank lines are skipped
   return entities.load_gazetteer(str(path), tok)
 
+
+@pytest.fixture(scope="module")
+def at_min_count(tok, stats):
+  """Words a b c d e f g, made up. Documents "a b" and "c d e" 3 times each, "f g" twice, each a
+  run of its own; counted with a minimum count of 3, so "a b", "c d", "d e" and "c d e" (and the
+  pairs (a, b), (c, d), (d, e), (c, e)) are seen exactly the minimum, "f g" (and (f, g)) once
+  fewer. -> (the words, the table)."""
+  a, b, c, d, e, f, g = words = _made_up_words(7)
+  docs = [f"{a} {b}"] * 3 + [f"{c} {d} {e}"] * 3 + [f"{f} {g}"] * 2
+  return words, cooccurrence.compute(pipeline.tokenized(docs, tok), stats, len(docs), 8, 3,
+                                     (0.5, 0.25, 0.125, 0.125))
+
+
+@pytest.fixture(scope="module")
+def planted(tok, stats):
+  docs, grams, frequent = _planted_corpus()
+  table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, 200, 8, 11, (0.5, 0.25, 0.125, 0.125))
+  return docs, grams, frequent, table
