@@ -9,10 +9,12 @@ the rate).
 Each (objective, seed, steps) is one JSON row in diffusion.jsonl beside this script (--rows): a
 row already there is not run again, so the study can be stopped and continued. Then the table:
 mean +- sample standard deviation over the seeds, and Welch's t-test between the objectives.
-The two arms differ only in objective.kind (diffusion: a rate per document, [MASK] only, the
-1/t-weighted loss, a slot per position); both score with the run's own masking keys (80/10/10 at
-the evaluated rate), so `[MASK] acc` is the accuracy on the inputs a diffusion model was
-trained on.
+The arms differ only in objective.kind (diffusion: a rate per document, [MASK] only, the
+1/t-weighted loss, a slot per position) and, for `diffusion_plain`, objective.diffusion_loss
+('plain': the mean cross-entropy over the targets, no 1/t); all score with the run's own masking
+keys (80/10/10 at the evaluated rate), so `[MASK] acc` is the accuracy on the inputs a diffusion
+model was trained on. Welch's p compares MLM with the bound (1/t) and the bound with the plain
+loss.
 """
 
 from __future__ import annotations
@@ -40,7 +42,17 @@ from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 ROWS = os.path.join(REPO, "benchmarks", "diffusion.jsonl")
-OBJECTIVES = {"mlm": tiny.get_config, "diffusion": diffusion.get_config}
+
+
+def _plain():
+  config = diffusion.get_config()
+  config.objective.diffusion_loss = "plain"
+  return config
+
+
+OBJECTIVES = {"mlm": tiny.get_config, "diffusion": diffusion.get_config,
+              "diffusion_plain": _plain}
+COMPARED = (("mlm", "diffusion"), ("diffusion", "diffusion_plain"))  # Welch's p of each pair
 RATES = (0.15, 0.5, 0.85)
 # (column, row key, scale): accuracies in percent, the bound in bits per token.
 COLUMNS = ([(f"acc {r:.0%}", f"accuracy_{r}", 100.0) for r in RATES]
@@ -73,17 +85,20 @@ def _mean_sd(values: list[float]) -> str:
 
 
 def table(rows: list[dict]) -> str:
-  """Mean ± sd per objective, and Welch's p between them, per column."""
+  """Mean ± sd per objective, and Welch's p between the COMPARED pairs, per column."""
   by = {o: [r for r in rows if r["objective"] == o] for o in OBJECTIVES}
-  lines = ["| | " + " | ".join(f"{o} ({len(by[o])} seeds)" for o in OBJECTIVES) + " | Welch p |",
-           "|---|" + "---|" * (len(OBJECTIVES) + 1)]
+  lines = ["| | " + " | ".join(f"{o} ({len(by[o])} seeds)" for o in OBJECTIVES) + " | "
+           + " | ".join(f"p {a} / {b}" for a, b in COMPARED) + " |",
+           "|---|" + "---|" * (len(OBJECTIVES) + len(COMPARED))]
   for name, key, scale in COLUMNS:
     values = {o: [r[key] * scale for r in by[o]] for o in OBJECTIVES}
     cells = [_mean_sd(v) if v else "-" for v in values.values()]
-    p = "-"
-    if all(len(v) > 1 for v in values.values()):
-      p = f"{stats.ttest_ind(*values.values(), equal_var=False).pvalue:.3f}"
-    lines.append(f"| {name} | " + " | ".join(cells) + f" | {p} |")
+    for a, b in COMPARED:
+      p = "-"
+      if len(values[a]) > 1 and len(values[b]) > 1:
+        p = f"{stats.ttest_ind(values[a], values[b], equal_var=False).pvalue:.3f}"
+      cells.append(p)
+    lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 

@@ -76,6 +76,12 @@ _PLUGINS = {
     "tpu": _Plugin(frozenset({"tpu"}), tpu_vm, ("libtpu",)),
 }
 _STAND_IN_DOC = "mlmjax's stand-in for a jax plugin hidden on this machine (parallel/plugins.py)"
+# Hidden the same way where not already imported: flax imports IPython with itself
+# (flax.nnx.reprlib, summary, visualization) only to ask whether it runs inside an IPython
+# shell, 0.25 s of every command's start where IPython is installed (Colab, the test
+# environment). A process that has not imported IPython runs in no shell: flax's answer is the
+# same without it.
+_ASKED_ONLY = ("IPython",)
 
 
 def _stand_in(name: str) -> types.ModuleType:
@@ -98,11 +104,14 @@ def _wanted(plugin: _Plugin) -> bool:
 
 
 def hide() -> None:
-  """Hides from jax each plugin this machine has no accelerator for. Only before jax is
-  imported: once it is, what it loaded stays (and this does nothing). Idempotent; called where a
-  program starts, never on import (see the module docstring)."""
+  """Hides from jax each plugin this machine has no accelerator for, and IPython from flax
+  where no IPython shell runs (_ASKED_ONLY). Only before jax is imported: once it is, what it
+  loaded stays (and this does nothing). Idempotent; called where a program starts, never on
+  import (see the module docstring)."""
   if "jax" in sys.modules:
     return
+  for name in _ASKED_ONLY:
+    sys.modules.setdefault(name, None)
   for plugin in _PLUGINS.values():
     if not _wanted(plugin):
       for name in plugin.modules:

@@ -5,7 +5,9 @@ Everything the run would build is built the same way (assembly.py's setup and tr
 steps.make_eval_step, on a mesh of the target's devices); only the inputs
 are abstract (ShapeDtypeStructs carrying their NamedShardings), so nothing is allocated. Each
 distinct shape of the run's phases (batch, row length, prediction slots) is compiled, so a run
-that fits at its first row length is known to fit at its last. Per step and shape:
+that fits at its first row length is known to fit at its last; a diffusion phase's shape adds
+`eval_bound`, the held-out step `evaluate` runs for its bound (a slot a position, logits whole).
+Per step and shape:
 
   memory       per device, from the compiled executable: arguments, outputs, temporaries,
                generated code; total = those minus what outputs alias (the donated state),
@@ -78,10 +80,12 @@ def vocab_size(tokenizer: TokenizerSettings) -> int:
   return tokenizer.vocab_size
 
 
-def compile_steps(config, target: targets.Target, which=("train", "eval")) -> list[Compiled]:
+def compile_steps(config, target: targets.Target, which=("train", "eval", "eval_bound")
+                  ) -> list[Compiled]:
   """Checks `config` (a ConfigDict or RunSettings) for the target, then compiles each step of
-  `which` for it at each shape of the run's phases (train.phases: batch, row length, slots),
-  with train.fit='auto' at the setting chosen for the target (fit.py)."""
+  `which` for it at each shape of the run's phases (train.phases: batch, row length, slots;
+  `eval_bound` at a diffusion phase's only), with train.fit='auto' at the setting chosen for
+  the target (fit.py)."""
   # One process per TPU host; process indices restart in each slice.
   num_processes = len({(getattr(d, "slice_index", 0), d.process_index) for d in target.devices})
   parts = assembly.Assembly.of(config)  # train.phases parsed: the plan of the run
@@ -106,11 +110,12 @@ def _compile_steps(parts: assembly.Assembly, target: targets.Target, which) -> l
   setup = parts.setup(vocab, mesh)
   out, evaluated = [], set()
   for phases, (batch, seq_len, train_slots, objective) in parts.plan.shapes().items():
-    for name in which:
-      if name == "eval":  # MLM's at eval.mask_rate whatever the phase trains: one a shape
-        if (batch, seq_len) in evaluated:
+    # eval_bound: what `evaluate` runs for a diffusion run, its held-out rows a slot a position
+    for name in (n for n in which if n != "eval_bound" or objective == "diffusion"):
+      if name.startswith("eval"):  # one a shape, whatever the phases train at it
+        if (name, batch, seq_len) in evaluated:
           continue
-        evaluated.add((batch, seq_len))
+        evaluated.add((name, batch, seq_len))
       # The fit compiled the chosen train steps already: reported, not compiled again.
       fitted = choice.programs.get((batch, seq_len, train_slots, objective)) if (
           choice is not None and name == "train") else None
@@ -137,13 +142,16 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
     predicted = phases_lib.predicted_positions(seq_len, slots, objective)
     per_token = parts.flops_per_token(vocab, seq_len, predicted)
   else:
-    slots = run_input.held_out_max_predictions(seq_len, settings.eval.mask_rate)
+    # The held-out batches: MLM's at eval.mask_rate whatever the objective ("eval"), or masked
+    # as diffusion masks them for its bound ("eval_bound": run_input.eval_batches), whose
+    # logits are whole whatever objective.logits_chunk says (steps.heldout_sums).
+    objective = "diffusion" if name == "eval_bound" else "mlm"
+    slots = seq_len if name == "eval_bound" else run_input.held_out_max_predictions(
+        seq_len, settings.eval.mask_rate)
     fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
     per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
-  # The held-out batches are MLM's at eval.mask_rate whatever the objective.
-  args = (state, parts.batch_spec(mesh, batch, seq_len, slots,
-                                  objective if name == "train" else "mlm"))
+  args = (state, parts.batch_spec(mesh, batch, seq_len, slots, objective))
   tokens = batch * seq_len / mesh.size
   model_flops = per_token * tokens
   # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -162,7 +170,7 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
   out.report["predicted"] = None  # no published rates: this machine's CPU (the fit, tests)
   if target.platform != "cpu":
     prediction = step_time.predict(parts, out.hlo_text, mesh, batch, seq_len,
-                                   forward_only=name == "eval")
+                                   forward_only=name != "train")
     out.report["predicted"] = prediction.report(tokens, model_flops)
   return out
 

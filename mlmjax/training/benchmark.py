@@ -1,5 +1,6 @@
 """What the benchmark commands measure, without the flags: `python -m mlmjax.bench` (the train
-step, the host pipeline, input wait) and `python -m mlmjax.input_bench` (the pipeline alone).
+step, the eval step, the host pipeline, input wait) and `python -m mlmjax.input_bench` (the
+pipeline alone).
 
 The train step is timed on a fixed real batch, so the host pipeline is not in its numbers; the
 host pipeline is timed without a model; the input wait is that of a short real training run.
@@ -22,26 +23,29 @@ from mlmjax.models import flops
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import config_check
+from mlmjax.training import fit
 from mlmjax.training import metrics
+from mlmjax.training import steps as steps_lib
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
 
 
 def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_steps: int = 0,
-            trace_dir: str = "") -> dict:
+            trace_dir: str = "", eval_steps: int = 0) -> dict:
   """The train step of `config` (a ConfigDict or RunSettings; `timed_steps` after 2 warm-up
-  steps), its host pipeline for `input_seconds` (0: not measured) and the input wait of a
-  `loop_steps` training run (0: not run), in a temporary workdir; one flat dict. With
-  `trace_dir`, a profile trace of 3 more steps goes there."""
+  steps), with `eval_steps` > 0 the eval step on the same batch, its host pipeline for
+  `input_seconds` (0: not measured) and the input wait of a `loop_steps` training run (0: not
+  run), in a temporary workdir; one flat dict. With `trace_dir`, a profile trace of 3 more
+  steps goes there."""
   parts = config_check.checked(config)
   with tempfile.TemporaryDirectory() as tmp:
     return _measure(parts, workdir_lib.Workdir(tmp), timed_steps, input_seconds, loop_steps,
-                    trace_dir)
+                    trace_dir, eval_steps)
 
 
 def _measure(parts: assembly.Assembly, run_dir: workdir_lib.Workdir, timed_steps: int,
-             input_seconds: float, loop_steps: int, trace_dir: str) -> dict:
+             input_seconds: float, loop_steps: int, trace_dir: str, eval_steps: int) -> dict:
   inp = parts.input(run_dir.tokenizers, run_dir.vocab_stats)
   if not parts.settings.tokenizer.path and os.path.exists(run_dir.tokenizer):
     # The input and loop measurements reuse the tokenizer just trained instead of each
@@ -58,7 +62,7 @@ def _measure(parts: assembly.Assembly, run_dir: workdir_lib.Workdir, timed_steps
          "attention_impl": model.attention_impl, "remat": model.remat,
          "scan_layers": model.scan_layers,
          "batch": settings.train.batch_size, "seq_len": settings.data.seq_len}
-  out.update(_train_step(parts, vocab_size, batch, timed_steps, trace_dir))
+  out.update(_train_step(parts, vocab_size, batch, timed_steps, trace_dir, eval_steps))
   tokens = settings.train.batch_size * settings.data.seq_len
   step_s = out["step_ms_median"] / 1e3
   per_token = parts.flops_per_token(vocab_size)
@@ -86,7 +90,7 @@ def _measure(parts: assembly.Assembly, run_dir: workdir_lib.Workdir, timed_steps
 
 
 def _train_step(parts: assembly.Assembly, vocab_size: int, batch, timed_steps: int,
-                trace_dir: str) -> dict:
+                trace_dir: str, eval_steps: int) -> dict:
   mesh = sharding.make_mesh(parts.settings.mesh)
   setup = parts.setup(vocab_size, mesh)
   step = parts.train_step(setup)
@@ -95,37 +99,47 @@ def _train_step(parts: assembly.Assembly, vocab_size: int, batch, timed_steps: i
   t = time.perf_counter()
   compiled = step.lower(state, batch).compile()
   compile_s = time.perf_counter() - t
-  m = compiled.memory_analysis()
-  state, out = compiled(state, batch)  # warm-up: first run allocates
-  state, out = compiled(state, batch)
-  jax.block_until_ready(out)
-  # Timed as the training loop runs: steps dispatched back to back, the host waiting once per
-  # round of several. A wait after every step adds the next step's launch to every step (4.7 of
-  # BERT-base's 65 ms on an H100, seen in a profile trace).
-  per_round = max(1, timed_steps // 5)
-  times = []
-  for _ in range(max(1, timed_steps // per_round)):
-    t = time.perf_counter()
-    for _ in range(per_round):
-      state, out = compiled(state, batch)
-    jax.block_until_ready(out)
-    times.append((time.perf_counter() - t) / per_round)
+
+  def train_step():
+    nonlocal state
+    state, out = compiled(state, batch)
+    return out
+
+  times = _timed(train_step, timed_steps)
   if trace_dir:
     with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-      for _ in range(3):
-        state, out = compiled(state, batch)
-      jax.block_until_ready(out)
+      jax.block_until_ready([train_step() for _ in range(3)])
   stats = jax.devices()[0].memory_stats() or {}
-  return {
+  out = {
       "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state["params"])),
       "devices": mesh.size, "mesh": dict(mesh.shape),
       "step_ms_median": 1e3 * statistics.median(times), "step_ms_min": 1e3 * min(times),
       "compile_s": compile_s,
-      "compiled_memory_bytes_per_device": int(
-          m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
-          - m.alias_size_in_bytes) if m is not None else None,
+      "compiled_memory_bytes_per_device": fit.memory_bytes(compiled)["total"],
       "peak_memory_bytes": stats.get("peak_bytes_in_use"),  # accelerators only
   }
+  if eval_steps:
+    # The held-out step (steps.make_eval_step: forward, metric sums) on the same batch.
+    evaluate = steps_lib.make_eval_step(setup).lower(state["params"], batch).compile()
+    times = _timed(lambda: evaluate(state["params"], batch), eval_steps)
+    out.update({"eval_step_ms_median": 1e3 * statistics.median(times),
+                "eval_compiled_memory_bytes_per_device": fit.memory_bytes(evaluate)["total"]})
+  return out
+
+
+def _timed(step, timed_steps: int) -> list[float]:
+  """Seconds per call of `step` (which returns arrays to wait for), after 2 warm-up calls (the
+  first allocates), in rounds. Calls are dispatched back to back as the training loop does,
+  the host waiting once per round of several: a wait after every call adds the next one's
+  launch to every call (4.7 of BERT-base's 65 ms on an H100, seen in a profile trace)."""
+  jax.block_until_ready([step(), step()])
+  per_round = max(1, timed_steps // 5)
+  times = []
+  for _ in range(max(1, timed_steps // per_round)):
+    t = time.perf_counter()
+    jax.block_until_ready([step() for _ in range(per_round)])
+    times.append((time.perf_counter() - t) / per_round)
+  return times
 
 
 def _input(parts: assembly.Assembly, seconds: float) -> dict:

@@ -58,7 +58,7 @@ def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
 @pytest.mark.slow
 def test_bench_prints_its_numbers(tokenizer_path, tmp_path):
   proc = _run("mlmjax.bench", "--config=configs/tiny.py", "--steps=2", "--input_seconds=0.5",
-              "--loop_steps=10", f"--trace={tmp_path}",
+              "--loop_steps=10", "--eval_steps=2", f"--trace={tmp_path}",
               f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
               "--config.train.batch_size=8")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -66,7 +66,8 @@ def test_bench_prints_its_numbers(tokenizer_path, tmp_path):
   assert result["config"] == "configs/tiny.py" and result["batch"] == 8
   for key in ("parameters", "step_ms_median", "step_ms_min", "tokens_per_sec", "flops_per_step",
               "model_tflops_per_sec", "matmul_peak_tflops_measured", "mfu_measured_peak",
-              "compile_s", "compiled_memory_bytes_per_device", "input_tokens_per_sec"):
+              "compile_s", "compiled_memory_bytes_per_device", "input_tokens_per_sec",
+              "eval_step_ms_median", "eval_compiled_memory_bytes_per_device"):
     assert 0 < result[key] < float("inf"), (key, result)
   assert result["step_ms_min"] <= result["step_ms_median"]
   assert 0 <= result["input_wait_fraction"] < 1

@@ -86,6 +86,18 @@ def test_jax_platforms_naming_a_platform_keeps_its_plugin():
     assert out.stdout.split() == hidden.split(), platforms
 
 
+def test_flax_asks_ipython_only_where_it_runs():
+  """A command's start imports no IPython (0.25 s where it is installed) and flax's answer to
+  "in an IPython shell?" is the same; a process that imported IPython keeps it."""
+  check = ("import sys; {first}from mlmjax.parallel import plugins; plugins.hide();"
+           " from flax.nnx import reprlib; import mlmjax.training.train;"
+           " print(sys.modules['IPython'] is not None, reprlib.supports_color())")
+  outs = [subprocess.run([sys.executable, "-c", check.format(first=first)], cwd=REPO,
+                         env=user_env(), capture_output=True, text=True, timeout=120,
+                         check=True).stdout.split() for first in ("", "import IPython; ")]
+  assert outs == [["False", "False"], ["True", "False"]]  # not a tty, no shell running
+
+
 def test_a_tpu_target_after_a_gpu_target_asks_no_metadata_server():
   """A GPU target first starts jax's backends (which set TPU_SKIP_MDS_QUERY only then), a TPU
   target then loads libtpu: it must not ask the GCE metadata server for its slice (30 tries

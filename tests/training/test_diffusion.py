@@ -109,19 +109,20 @@ def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
 
 @pytest.mark.slow
 @pytest.mark.e2e  # also at the newest jax (.ci/newest_jax)
-def test_mlm_then_diffusion_resumes_bit_identically_across_and_inside_the_switch(
+def test_mlm_diffusion_mlm_resumes_bit_identically_across_and_inside_each_switch(
     tmp_path, micro_config, caplog):
-  """4 MLM steps then 4 diffusion steps (dropout on): the diffusion steps log the bound, and a
-  run stopped before the switch (step 3) and again inside the diffusion phase (step 6) ends
-  bit-identical to the straight one."""
-  micro_config.train.phases = ((0.5, 32, 6), (0.5, 32, 6, {"objective": "diffusion"}))
+  """2 MLM steps, 4 diffusion steps, 2 MLM steps (dropout on): the diffusion steps alone log
+  the bound, and a run stopped at the first switch (step 2), inside the diffusion phase (step
+  5) and inside the MLM phase after it (step 7) ends bit-identical to the straight one."""
+  micro_config.train.phases = ((0.25, 32, 6), (0.5, 32, 6, {"objective": "diffusion"}),
+                               (0.25, 32, 6))
   micro_config.train.update(log_every_steps=1, eval_every_steps=4)
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
   train.train_and_evaluate(micro_config, straight)
   trained = {r["step"]: r for r in metrics.rows(f"{straight}/metrics.jsonl") if "loss" in r}
-  assert [s for s in trained if "diffusion_bound" in trained[s]] == [5, 6, 7, 8]
-  train.train_and_evaluate(micro_config, split, stop_after=3)
-  for stop_after, resumed_from in ((6, 3), (None, 6)):
+  assert [s for s in trained if "diffusion_bound" in trained[s]] == [3, 4, 5, 6]
+  train.train_and_evaluate(micro_config, split, stop_after=2)
+  for stop_after, resumed_from in ((5, 2), (7, 5), (None, 7)):
     caplog.clear()
     with caplog.at_level(logging.INFO):
       train.train_and_evaluate(micro_config, split, stop_after=stop_after)

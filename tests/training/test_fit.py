@@ -264,24 +264,36 @@ def test_a_run_chooses_logs_saves_and_resumes_with_the_same_choice(tokenizer_pat
 
 
 @pytest.mark.slow  # compiles several real programs
-def test_the_compile_command_checks_every_phase_shape(tokenizer_path):
-  """A run whose last phase has longer rows is compiled at each shape, not data.seq_len's
-  alone (a run that fits at 64 can fail when its 128 phase starts), and a causal-LM phase as
-  its own step: at the same shape it predicts 63 positions a row where MLM predicts 10."""
+def test_the_compile_command_checks_every_phase_shape_and_each_step_run_there(tokenizer_path):
+  """A run whose later phases have longer rows is compiled at each shape, not data.seq_len's
+  alone (a run that fits at 64 can fail when its 128 phase starts); a causal-LM phase as its
+  own step: at the same shape it predicts 63 positions a row where MLM predicts 10; the eval
+  step once a row length, and for a diffusion phase also the bound's (`evaluate`'s held-out
+  step, a slot a position)."""
   import jax  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
   from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.masking.mask_rate = 0.15
-  config.train.phases = ((0.25, 64, 10, {"objective": "clm"}), (0.25, 64, 10), (0.5, 128, 20))
+  config.train.phases = ((0.25, 64, 10, {"objective": "clm"}), (0.25, 64, 10),
+                         (0.5, 128, 20, {"objective": "diffusion"}))
   target = targets.Target("cpu-8", "cpu", tuple(jax.devices()), 1, 1 << 30, "8 CPU devices")
-  reports = [c.report for c in aot.compile_steps(config, target, which=("train",))]
-  assert [(r["phases"], r["objective"], r["seq_len"], r["batch"]) for r in reports] == [
-      ((0,), "clm", 64, 32), ((1,), "mlm", 64, 32), ((2,), "mlm", 128, 32)]
-  total = [r["memory_bytes"]["total"] for r in reports]
-  assert total[0] > total[1] and total[2] > total[1]
-  assert reports[0]["model_flops_per_device"] > reports[1]["model_flops_per_device"]
+  reports = [c.report for c in aot.compile_steps(config, target)]
+  assert [(r["step"], r["phases"], r.get("objective"), r["seq_len"], r["batch"])
+          for r in reports] == [
+              ("train", (0,), "clm", 64, 32), ("eval", (0,), None, 64, 32),
+              ("train", (1,), "mlm", 64, 32),
+              ("train", (2,), "diffusion", 128, 32), ("eval", (2,), None, 128, 32),
+              ("eval_bound", (2,), None, 128, 32)]
+  step = {(r["step"], r["phases"]): r for r in reports}
+  total = {k: r["memory_bytes"]["total"] for k, r in step.items()}
+  flops = {k: r["model_flops_per_device"] for k, r in step.items()}
+  assert total["train", (0,)] > total["train", (1,)] < total["train", (2,)]
+  assert flops["train", (0,)] > flops["train", (1,)]
+  # The bound's held-out rows have a slot a position, MLM's at 15% 20 a row.
+  assert flops["eval_bound", (2,)] > flops["eval", (2,)]
+  assert total["eval_bound", (2,)] > total["eval", (2,)]
 
 
 @pytest.mark.slow

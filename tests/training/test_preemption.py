@@ -16,11 +16,11 @@ from mlmjax.training import metrics
 
 pytestmark = pytest.mark.slow  # training subprocesses, signalled and killed
 
-STEPS = 300  # long enough that every signal lands mid-run, with checkpoints behind it
+STEPS = 200  # long enough that every signal lands mid-run, with checkpoints behind it
 OVERRIDES = [f"--config.train.steps={STEPS}", "--config.train.batch_size=8",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=5",
-             "--config.train.checkpoint_every_steps=25", "--config.train.eval_every_steps=150",
+             "--config.train.checkpoint_every_steps=25", "--config.train.eval_every_steps=100",
              "--config.train.eval_batches=1", "--config.model.dropout_rate=0.1"]
 
 
