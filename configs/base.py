@@ -192,7 +192,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.objective.kind = "mlm"
   # diffusion: the loss. 'inverse_rate': each target's cross-entropy over its document's rate,
   # per maskable token (the variational bound, as MDLM and LLaDA train); 'plain': the mean over
-  # the targets, as MLM's (arXiv 2602.15014 found it about 12% more compute-efficient).
+  # the targets, as MLM's (arXiv 2602.15014 found it about 12% more compute-efficient; on the
+  # tiny preset it reached a lower bound in 2,000 steps: docs/diffusion.md).
   config.objective.diffusion_loss = "inverse_rate"
   # Prediction slots whose logits a train step makes at once (recomputed in the backward pass),
   # so that [rows, slots, vocabulary] float32 logits never exist whole; 0: all at once. Pays
