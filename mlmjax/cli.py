@@ -230,6 +230,8 @@ def _describe(e: BaseException) -> str:
     guess = f" (did you mean --{hint.group(1).split(',')[0].strip()}?)" if hint else ""
     return f"--{e.flagname}: unknown flag{guess}"
   text = re.sub(r"^flag (--\S+?)=(.*?): ", r"\1=\2: ", text)
+  if "Non-boolean argument to boolean flag" in text:  # absl's words, as a tuple
+    return text.split(": ")[0] + ": must be true or false"
   choices = re.search(r"value should be one of <(.*)>$", text)
   if choices:  # absl's enum flags
     allowed = ", ".join(c for c in choices.group(1).split("|") if c)

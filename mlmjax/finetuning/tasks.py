@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from mlmjax.errors import CommandLineError
 from mlmjax.errors import DataError
 from mlmjax.finetuning import choices
 from mlmjax.finetuning import classification
@@ -132,14 +133,15 @@ def load(name: str, train_file: str = "", dev_file: str = "", text_fields: str =
   """The task `name` and its examples (see the module docstring for the sources)."""
   files = bool(train_file or dev_file)
   if files and not (train_file and dev_file):
-    raise DataError("give both --train_file and --dev_file (or neither)")
+    raise CommandLineError("give both --train_file and --dev_file (or neither)")
   if kind and kind not in KINDS:
     raise DataError(f"unknown --kind={kind!r}: use one of {', '.join(KINDS)}")
   task = TASKS.get(name)
   if task is None:
     if not files:
-      raise DataError(f"unknown --task={name!r}: use one of {', '.join(TASKS)}, or name your"
-                      " own task and give its --train_file and --dev_file (and --kind)")
+      raise CommandLineError(f"unknown --task={name!r}: use one of {', '.join(TASKS)}, or name"
+                             " your own task and give its --train_file and --dev_file (and"
+                             " --kind)")
     kind = kind or ("regression" if regression else "classification")
     task = Task(name, kind, metrics=glue_metrics.REGRESSION if kind == "regression" else
                 glue_metrics.CLASSIFICATION)

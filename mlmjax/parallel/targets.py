@@ -22,6 +22,7 @@ import os
 import re
 
 from mlmjax.errors import MissingDependencyError
+from mlmjax.errors import CommandLineError
 from mlmjax.errors import UserError
 from mlmjax.parallel import plugins
 
@@ -146,8 +147,8 @@ def _quiet_libtpu():
   return _environment(_LOADING_ENV, _SET_WHILE_LOADING)
 
 
-def _unknown(name: str, why: str = "") -> UserError:
-  return UserError(f"unknown target {name!r}{why}: use {FORMS}")
+def _unknown(name: str, why: str = "") -> CommandLineError:
+  return CommandLineError(f"unknown target {name!r}{why}: use {FORMS}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 import pytest
 
 import command_lines
 from conftest import REPO, user_env
+from mlmjax.__main__ import COMMANDS
 
 W = "/dev/null/run"  # nothing can be made there, whatever a line does
 # Each command with the flags and arguments it needs, all present.
@@ -31,7 +34,6 @@ VALID = {
     "show_masks": ["--config=tiny"],
     "compile": ["--config=tiny", "--target=v5p-8"],
 }
-COMMANDS = list(VALID)
 PRETRAINING_CONFIG = ["main", "prepare", "show_masks", "compile", "bench", "input_bench"]
 REQUIRED = {  # the flag a command cannot do without: the line without it, the message's start
     "main": ("--workdir", "error: --workdir is required: "),
@@ -145,6 +147,12 @@ def _lines():
       ("main-value", ["mlmjax.main", *VALID["main"], "--config.masking.strategy=spam"], 2,
        "error: masking.strategy='spam' is not one of random, whole_word, span, entity,"
        " frequency, adaptive, syntax, semantic, contextual, mixture, static"),
+      ("compile-target", ["mlmjax.compile", "--config=tiny", "--target=v9-8"], 2,
+       "error: unknown target 'v9-8': use v4-N, v5p-N"),
+      ("finetune-task", ["mlmjax.finetune", f"--workdir={W}", "--task=nosuch"], 2,
+       "error: unknown --task='nosuch': use one of kjv_testament, kjv_next_verse"),
+      ("export-bool", ["mlmjax.export", *VALID["export"], "--verify=maybe"], 2,
+       "error: --verify=maybe: must be true or false"),
       # A failure on the way, not of the command line: status 1.
       ("predict-no-run", ["mlmjax.predict", *VALID["predict"]], 1,
        f"error: {W} holds no training run (no {W}/config.json)"),
@@ -196,3 +204,14 @@ def test_help_prints_usage_and_flags_and_exits_zero(name, helps):
   assert len(text.splitlines()) < 80  # no config dumped (finetune's lives in a file it names)
   if name == "finetune":
     assert "mlmjax/finetuning/config.py" in text and "epochs:" not in text
+
+
+def test_python_m_mlmjax_lists_every_command_with_what_it_does():
+  """`python -m mlmjax` (no command): each command once, in one line with its docstring's first
+  sentence, exit status 0; the commands these tests check are those it lists."""
+  out = subprocess.run([sys.executable, "-m", "mlmjax"], cwd=REPO, env=user_env(),
+                       capture_output=True, text=True, timeout=60, check=True)
+  rows = [line.split(maxsplit=1) for line in out.stdout.splitlines()[2:]]
+  assert [name for name, _ in rows] == list(COMMANDS) == list(VALID)
+  assert dict(rows)["predict"] == "Fill-mask queries against the latest checkpoint of a run"
+  assert all(len(what) > 20 for _, what in rows), rows

@@ -11,6 +11,7 @@ import tensorflow_datasets as tfds
 
 from mlmjax.data.corpora import sources
 from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax.errors import CommandLineError
 from mlmjax.errors import DataError
 from mlmjax.finetuning import examples as examples_lib
 from mlmjax.finetuning import glue_metrics
@@ -109,9 +110,10 @@ def _raises(message):
 def test_task_errors(tmp_path):
   (tmp_path / "t.csv").write_text("sentence,label\nabc,1\nxyz,0\n")
   (tmp_path / "d.csv").write_text("sentence,label\nabc,2x\n")
-  with _raises("unknown --task='sst'"):
+  with pytest.raises(CommandLineError, match=re.escape("unknown --task='sst'")):
     tasks.load("sst")
-  with _raises("give both --train_file and --dev_file (or neither)"):
+  with pytest.raises(CommandLineError, match=re.escape("give both --train_file and --dev_file"
+                                                      " (or neither)")):
     tasks.load("mine", train_file=str(tmp_path / "t.csv"))
   with _raises(f"{tmp_path}/t.csv: record 1 has no field 'text' (it has sentence, label);"
                " name the fields with --text_fields and --label_field"):

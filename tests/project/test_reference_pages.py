@@ -18,10 +18,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import command_lines  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.__main__ import COMMANDS  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = command_lines.REPO
-COMMANDS = ("main", "predict", "generate", "evaluate", "export", "finetune", "embed", "prepare",
-            "plot", "tokenizer", "bench", "input_bench", "show_masks", "compile")
 CONFIGS = (("Pretraining", "configs/base.py", "python -m mlmjax.main --config=tiny"
             " --workdir=runs/tiny --config.train.steps=500"),
            ("Fine-tuning", "mlmjax/finetuning/config.py", "python -m mlmjax.finetune"
@@ -34,7 +33,7 @@ def commands_page() -> str:
   parts = [
       "# Commands", "",
       f"Generated from each command's `--help` ({_REGENERATE}). Every command is `python -m"
-      " mlmjax.NAME`; bad input gets one `error:` line naming the flag (exit status 2 for a"
+      " mlmjax.NAME` (`python -m mlmjax` lists them, a line each); bad input gets one `error:` line naming the flag (exit status 2 for a"
       " command line it cannot run, 1 for a failure on the way), and `--verbose` shows"
       " tracebacks instead.", ""]
   for name, out in zip(COMMANDS, helps):
