@@ -21,9 +21,8 @@ import functools
 import os
 import re
 
-from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import CommandLineError
-from mlmjax.errors import UserError
+from mlmjax.errors import MissingDependencyError
 from mlmjax.parallel import plugins
 
 GiB = 1024**3
@@ -153,8 +152,8 @@ def _unknown(name: str, why: str = "") -> CommandLineError:
 
 @functools.lru_cache(maxsize=None)
 def get(name: str) -> Target:
-  """The target a user names (see the module docstring); a UserError naming the valid forms
-  otherwise, or saying what to install when the compiler for it is missing."""
+  """The target a user names (see the module docstring); a CommandLineError naming the valid
+  forms otherwise, or saying what to install when the compiler for it is missing."""
   gpu = _GPU_NAME.fullmatch(name)
   # A GPU target's CUDA plugin before jax is imported: jax loads its kernels then.
   plugins_needed = (plugins.loading("cuda", f"compiling for {name}") if gpu
