@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import sys
 
 COMMANDS = ("main", "predict", "generate", "evaluate", "export", "finetune", "embed", "prepare",
             "plot", "tokenizer", "bench", "input_bench", "show_masks", "compile")
@@ -23,6 +24,10 @@ def summary(name: str) -> str:
 
 
 def main() -> None:
+  if [a for a in sys.argv[1:] if a not in ("-h", "--help")]:
+    print(f"error: python -m mlmjax takes no arguments ({' '.join(sys.argv[1:])}): run a command"
+          " as python -m mlmjax.COMMAND; python -m mlmjax alone lists them", file=sys.stderr)
+    sys.exit(2)  # a command line it cannot run, as every command answers one
   width = max(map(len, COMMANDS))
   print("python -m mlmjax.COMMAND [--flags]  (COMMAND --help lists its flags)\n")
   for name in COMMANDS:

@@ -208,10 +208,17 @@ def test_help_prints_usage_and_flags_and_exits_zero(name, helps):
 
 def test_python_m_mlmjax_lists_every_command_with_what_it_does():
   """`python -m mlmjax` (no command): each command once, in one line with its docstring's first
-  sentence, exit status 0; the commands these tests check are those it lists."""
+  sentence, exit status 0; the commands these tests check are those it lists. With an argument:
+  one error line, status 2."""
   out = subprocess.run([sys.executable, "-m", "mlmjax"], cwd=REPO, env=user_env(),
                        capture_output=True, text=True, timeout=60, check=True)
   rows = [line.split(maxsplit=1) for line in out.stdout.splitlines()[2:]]
   assert [name for name, _ in rows] == list(COMMANDS) == list(VALID)
   assert dict(rows)["predict"] == "Fill-mask queries against the latest checkpoint of a run"
   assert all(len(what) > 20 for _, what in rows), rows
+  wrong = subprocess.run([sys.executable, "-m", "mlmjax", "main"], cwd=REPO, env=user_env(),
+                         capture_output=True, text=True, timeout=60, check=False)
+  assert (wrong.returncode, wrong.stderr) == (2, "error: python -m mlmjax takes no arguments"
+                                              " (main): run a command as python -m"
+                                              " mlmjax.COMMAND; python -m mlmjax alone lists"
+                                              " them\n")
