@@ -22,14 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
-from scipy import stats
-
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 
 # Before anything imports jax, as each command does first (mlmjax/cli.py).
 from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
@@ -40,6 +38,7 @@ from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-pos
 from mlmjax import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
+import study_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 ROWS = os.path.join(REPO, "benchmarks", "diffusion.jsonl")
 
@@ -79,11 +78,6 @@ def arm(objective: str, seed: int, steps: int, bound_samples: int, out: str) -> 
   return row
 
 
-def _mean_sd(values: list[float]) -> str:
-  mean = f"{statistics.fmean(values):.2f}"
-  return f"{mean} ± {statistics.stdev(values):.2f}" if len(values) > 1 else mean
-
-
 def table(rows: list[dict]) -> str:
   """Mean ± sd per objective, and Welch's p between the COMPARED pairs, per column."""
   by = {o: [r for r in rows if r["objective"] == o] for o in OBJECTIVES}
@@ -92,12 +86,10 @@ def table(rows: list[dict]) -> str:
            "|---|" + "---|" * (len(OBJECTIVES) + len(COMPARED))]
   for name, key, scale in COLUMNS:
     values = {o: [r[key] * scale for r in by[o]] for o in OBJECTIVES}
-    cells = [_mean_sd(v) if v else "-" for v in values.values()]
+    cells = [study_stats.mean_sd(v, digits=2) for v in values.values()]
     for a, b in COMPARED:
-      p = "-"
-      if len(values[a]) > 1 and len(values[b]) > 1:
-        p = f"{stats.ttest_ind(values[a], values[b], equal_var=False).pvalue:.3f}"
-      cells.append(p)
+      p = study_stats.welch_p(values[a], values[b])
+      cells.append("-" if p != p else f"{p:.3f}")  # nan: fewer than 2 seeds
     lines.append(f"| {name} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 

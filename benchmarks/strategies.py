@@ -30,8 +30,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-from scipy import optimize
 from scipy import stats
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,6 +42,7 @@ from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
 import downstream  # pylint: disable=g-import-not-at-top,wrong-import-position
+import study_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -147,14 +146,6 @@ def _of(rows: list[dict], strategy: str) -> list[dict]:
   return [r for r in rows if r["strategy"] == strategy]
 
 
-def _mean_sd(values: list[float]) -> str:
-  if not values:
-    return "-"
-  if len(values) == 1:  # one seed has no spread to show
-    return f"{values[0]:.1f}"
-  return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
-
-
 def _p(p: float) -> str:
   return "-" if p != p else f"{p:.3f}"  # nan: no test
 
@@ -167,10 +158,10 @@ def table(rows: list[dict], tasks) -> str:
            "|---" * (4 + len(tasks)) + "|"]
   for strategy in dict.fromkeys(r["strategy"] for r in rows):
     runs = _of(rows, strategy)
-    cells = [_mean_sd(_scores(runs, t)) for t in tasks]
+    cells = [study_stats.mean_sd(_scores(runs, t)) for t in tasks]
     mlm = [100.0 * r["mlm_accuracy"] for r in runs if r["mlm_accuracy"] is not None]
     lines.append(f"| {strategy} | {len(runs)} | {runs[0].get('pretrain_steps', runs[0]['steps'])}"
-                 f" | {_mean_sd(mlm)} | {' | '.join(cells)} |")
+                 f" | {study_stats.mean_sd(mlm)} | {' | '.join(cells)} |")
   return "\n".join(lines) + "\n"
 
 
@@ -187,25 +178,13 @@ def paired_p(rows: list[dict], strategy: str, task: str) -> tuple[list[float], f
   return diffs, float(stats.ttest_1samp(diffs, 0.0).pvalue)
 
 
-def holm(ps: list[float]) -> list[float]:
-  """Holm's step-down adjusted p-values (Holm 1979): the i-th smallest of m times (m - i),
-  never below an earlier one, at most 1. Tests without a p (nan) are not counted in m."""
-  tested = sorted((p, i) for i, p in enumerate(ps) if p == p)
-  adjusted, running = [float("nan")] * len(ps), 0.0
-  for rank, (p, i) in enumerate(tested):
-    running = max(running, min(1.0, (len(tested) - rank) * p))
-    adjusted[i] = running
-  return adjusted
-
-
 def responds(rows: list[dict], task: str) -> tuple[float, float]:
   """Whether `task` responds to pretraining: `random` against `random_init`, the gap of the
   means and the two-sided p of Welch's t-test (the two share no seed-by-seed pairing)."""
   pre, init = _scores(_of(rows, "random"), task), _scores(_of(rows, RANDOM_INIT), task)
   if len(pre) < 2 or len(init) < 2:
     return float("nan"), float("nan")
-  gap = statistics.mean(pre) - statistics.mean(init)
-  return gap, float(stats.ttest_ind(pre, init, equal_var=False).pvalue)
+  return statistics.mean(pre) - statistics.mean(init), study_stats.welch_p(pre, init)
 
 
 def anova_p(rows: list[dict], task: str) -> float:
@@ -216,23 +195,11 @@ def anova_p(rows: list[dict], task: str) -> float:
   return float(stats.f_oneway(*groups).pvalue) if len(groups) >= 2 else float("nan")
 
 
-POWER = 0.8  # the chance a real difference is found, for the detectable difference
-
-
-def power(effect_sds: float, seeds: int, level: float) -> float:
-  """The power of a two-sided paired t-test over `seeds` pairs at `level` to find a true mean
-  difference of `effect_sds` standard deviations of the differences: the noncentral t's mass
-  beyond the critical values (noncentrality effect_sds x sqrt(seeds))."""
-  df, noncentrality = seeds - 1, effect_sds * math.sqrt(seeds)
-  critical = stats.t.ppf(1 - level / 2, df)
-  below = stats.nct.cdf(-critical, df, noncentrality)  # nan where it underflows: nothing
-  return float(stats.nct.sf(critical, df, noncentrality) + np.nan_to_num(below))
-
-
 def detectable(rows: list[dict], task: str, seeds: int, level: float) -> tuple[float, float]:
   """(the pooled standard deviation of strategy-minus-random differences on `task`, seed by
   seed, over every strategy; the smallest mean difference a row's paired t-test over `seeds`
-  seeds finds with power POWER at `level`), nan where no strategy has 2 paired seeds."""
+  seeds finds with power study_stats.POWER at `level`), nan where no strategy has 2 paired
+  seeds."""
   squares = dof = 0.0
   for strategy in STRATEGIES:
     if strategy != "random":
@@ -243,8 +210,7 @@ def detectable(rows: list[dict], task: str, seeds: int, level: float) -> tuple[f
   if not dof:
     return float("nan"), float("nan")
   sd = math.sqrt(squares / dof)
-  effect = optimize.brentq(lambda e: power(e, seeds, level) - POWER, 1e-6, 100.0)
-  return sd, effect * sd
+  return sd, study_stats.detectable_sds(seeds, level) * sd
 
 
 def pretraining(rows: list[dict], tasks) -> str:
@@ -259,8 +225,8 @@ def pretraining(rows: list[dict], tasks) -> str:
     verdict = ("-" if p != p else "yes" if p < ALPHA and gap > 0
                else "no: it cannot tell strategies apart")
     sd, smallest = detectable(rows, task, seeds, level)
-    lines.append(f"| `{task}` | {_mean_sd(_scores(_of(rows, RANDOM_INIT), task))} |"
-                 f" {_mean_sd(_scores(_of(rows, 'random'), task))} |"
+    lines.append(f"| `{task}` | {study_stats.mean_sd(_scores(_of(rows, RANDOM_INIT), task))} |"
+                 f" {study_stats.mean_sd(_scores(_of(rows, 'random'), task))} |"
                  f" {'-' if gap != gap else f'{gap:+.1f}'} | {_p(p)} | {verdict} |"
                  f" {_p(anova_p(rows, task))} | {_points(sd)} | {_points(smallest)} |")
   return "\n".join(lines) + "\n"
@@ -284,7 +250,7 @@ def advice(rows: list[dict], tasks) -> str:
   ALPHA, and a task that does not respond to pretraining said so."""
   entries = [a for a in ADVICE if a[1] in tasks]
   tests = [paired_p(rows, strategy, task) for strategy, task, _ in entries]
-  adjusted = holm([p for _, p in tests])
+  adjusted = study_stats.holm([p for _, p in tests])
   lines = ["| advice | task | strategy | random | paired gap | p | Holm p | verdict |",
            "|---" * 8 + "|"]
   for (strategy, task, application), (diffs, p), p_holm in zip(entries, tests, adjusted):
@@ -298,9 +264,10 @@ def advice(rows: list[dict], tasks) -> str:
     if p_response == p_response and not (p_response < ALPHA and gap > 0):
       verdict += "; the task does not respond to pretraining"
     lines.append(f"| {strategy} for {application} | `{task}` |"
-                 f" {_mean_sd(_scores(_of(rows, strategy), task))} |"
-                 f" {_mean_sd(_scores(_of(rows, 'random'), task))} |"
-                 f" {_mean_sd(diffs) if len(diffs) > 1 else '-'} | {_p(p)} | {_p(p_holm)} |"
+                 f" {study_stats.mean_sd(_scores(_of(rows, strategy), task))} |"
+                 f" {study_stats.mean_sd(_scores(_of(rows, 'random'), task))} |"
+                 f" {study_stats.mean_sd(diffs) if len(diffs) > 1 else '-'} | {_p(p)} |"
+                 f" {_p(p_holm)} |"
                  f" {verdict} |")
   return "\n".join(lines) + "\n"
 
@@ -333,8 +300,9 @@ def write_page(rows: list[dict], tasks, pending: list[str], command: str, path: 
           " task that pretraining does not move cannot tell strategies apart. The last two"
           " columns are the study's power: the standard deviation of a strategy-minus-random"
           " difference, seed by seed (pooled over the strategies), and the smallest true"
-          f" difference a row of the advice below would find {POWER:.0%} of the time with"
-          f" {_design(rows, tasks)[0]} seeds at the corrected level"
+          " difference a row of the advice below would find"
+          f" {study_stats.POWER:.0%} of the time with {_design(rows, tasks)[0]} seeds at the"
+          " corrected level"
           f" ({ALPHA} over the {sum(1 for a in ADVICE if a[1] in tasks)} rows, Holm's first"
           " step). \"No difference shown\" below means no difference that large; a smaller one"
           " may be there.\n\n"

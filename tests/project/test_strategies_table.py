@@ -15,6 +15,7 @@ from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 import strategies  # pylint: disable=g-import-not-at-top,wrong-import-position
+import study_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _row(strategy, seed, accuracy, qa_f1):
@@ -36,10 +37,10 @@ def test_the_table_gives_mean_and_sample_sd_and_one_seed_alone():
 def test_holm_multiplies_the_ith_smallest_by_m_minus_i_and_keeps_the_order():
   # Holm (1979) by hand, m = 3 tested (nan is no test): 0.01*3, 0.03*2, then max(0.06, 0.04*1).
   # Bonferroni would give 0.12 and 0.09.
-  adjusted = strategies.holm([0.01, 0.04, 0.03, float("nan")])
+  adjusted = study_stats.holm([0.01, 0.04, 0.03, float("nan")])
   assert adjusted[:3] == pytest.approx([0.03, 0.06, 0.06])
   assert adjusted[3] != adjusted[3]
-  assert strategies.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1, never lower
+  assert study_stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1, never lower
 
 
 def test_the_advice_is_a_paired_t_test_over_seeds_corrected_by_holm():
@@ -112,5 +113,5 @@ def test_the_detectable_difference_is_found_at_the_power_it_claims():
   assert sd == pytest.approx(math.sqrt(2.5))
   draws = np.random.default_rng(0).normal(smallest, sd, (200_000, 3))
   t = draws.mean(1) / (draws.std(1, ddof=1) / math.sqrt(3))
-  assert np.mean(2 * stats.t.sf(np.abs(t), 2) < level) == pytest.approx(strategies.POWER,
+  assert np.mean(2 * stats.t.sf(np.abs(t), 2) < level) == pytest.approx(study_stats.POWER,
                                                                        abs=0.005)
