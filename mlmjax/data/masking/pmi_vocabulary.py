@@ -92,11 +92,11 @@ def _sized(ranked: dict, at: dict, num_words: int, length_shares, num_ngrams: in
               zip(range(2, MAX_N + 1), length_shares) if share > 0] + [1])
   size = num_ngrams
   if not size:
-    low, size = 1, most
-    if covered(most) < coverage:
+    low, size, at_most = 1, most, covered(most)
+    if at_most < coverage:
       logging.warning("masking.pmi_coverage=%g is out of reach: every n-gram with PMI_n > 0"
                       " seen masking.pmi_min_count times covers %.1f%% of the words", coverage,
-                      100 * covered(most))
+                      100 * at_most)
     while low < size:
       mid = (low + size) // 2
       low, size = (low, mid) if covered(mid) >= coverage else (mid + 1, size)

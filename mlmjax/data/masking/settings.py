@@ -12,8 +12,8 @@ import numpy as np
 
 from mlmjax import typed_settings
 from mlmjax.data.text import annotation
-from mlmjax.data.masking import pmi_vocabulary
 from mlmjax.data.masking import diffusion
+from mlmjax.data.masking import pmi_vocabulary
 from mlmjax.data.masking import rate_schedule
 from mlmjax.data.masking import syntax
 from mlmjax.errors import ConfigError
