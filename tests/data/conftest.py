@@ -68,5 +68,6 @@ def at_min_count(tok, stats):
 @pytest.fixture(scope="module")
 def planted(tok, stats):
   docs, grams, frequent = _planted_corpus()
-  table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, 200, 8, 11, (0.5, 0.25, 0.125, 0.125))
+  table = cooccurrence.compute(pipeline.tokenized(docs, tok), stats, 200, 8, 11,
+                               (0.5, 0.25, 0.125, 0.125))
   return docs, grams, frequent, table

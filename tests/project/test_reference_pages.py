@@ -33,9 +33,9 @@ def commands_page() -> str:
   parts = [
       "# Commands", "",
       f"Generated from each command's `--help` ({_REGENERATE}). Every command is `python -m"
-      " mlmjax.NAME` (`python -m mlmjax` lists them, a line each); bad input gets one `error:` line naming the flag (exit status 2 for a"
-      " command line it cannot run, 1 for a failure on the way), and `--verbose` shows"
-      " tracebacks instead.", ""]
+      " mlmjax.NAME` (`python -m mlmjax` lists them, a line each); bad input gets one"
+      " `error:` line naming the flag (exit status 2 for a command line it cannot run, 1 for a"
+      " failure on the way), and `--verbose` shows tracebacks instead.", ""]
   for name, out in zip(COMMANDS, helps):
     assert out.returncode == 0, out
     parts += [f"## {name}", "", "```text", out.stdout.rstrip(), "```", ""]

@@ -7,10 +7,10 @@ masker finds them again in packed rows with the same function (`word_hashes`).
   semantic    PMI-Masking (Levine et al., ICLR 2021; github.com/AI21Labs/pmi-masking). The
               vocabulary of correlated word n-grams, chosen from this sample's counts:
               pmi_vocabulary.py. In a row, its occurrences are units taken whole (one inside a
-              longer one gives way to it; of two overlapping otherwise, the one of higher PMI_n, so a collocation is never
-              split by a weaker n-gram, at random between equals), every other word a unit of
-              its own, all in a uniformly random order while they fit the budget; the 80/10/10
-              replacement is decided per unit.
+              longer one gives way to it; of two overlapping otherwise, the one of higher
+              PMI_n, so a collocation is never split by a weaker n-gram, at random between
+              equals), every other word a unit of its own, all in a uniformly random order
+              while they fit the budget; the 80/10/10 replacement is decided per unit.
   contextual  InforMask (Sadeq et al., EMNLP 2022). The informative relevance of a mask is the
               PMI of each masked word with each unmasked word within WINDOW words of it in its
               sequence, summed (pairs seen fewer than pmi_min_count times count 0): high when
