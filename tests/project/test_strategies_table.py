@@ -115,3 +115,16 @@ def test_the_detectable_difference_is_found_at_the_power_it_claims():
   t = draws.mean(1) / (draws.std(1, ddof=1) / math.sqrt(3))
   assert np.mean(2 * stats.t.sf(np.abs(t), 2) < level) == pytest.approx(study_stats.POWER,
                                                                        abs=0.005)
+
+
+def test_welch_p_is_welchs_test_by_its_definition():
+  """benchmarks/study_stats.py's Welch p (diffusion.py's columns, the pretraining check), from
+  Welch (1947): t over the unpooled standard error, the Welch-Satterthwaite degrees of freedom.
+  Student's pooled test gives another p on these unequal spreads (0.030 against 0.037)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+  a, b = [1.0, 2.0, 3.0], [10.0, 20.0, 30.0, 40.0]
+  va, vb = 1.0 / 3, (500.0 / 3) / 4  # sample variance over n, each side
+  t = (2.0 - 25.0) / math.sqrt(va + vb)
+  df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 3)
+  assert study_stats.welch_p(a, b) == pytest.approx(2 * stats.t.sf(abs(t), df), rel=1e-12)
+  assert math.isnan(study_stats.welch_p(a, [1.0]))
