@@ -98,9 +98,11 @@ setup(
     description="Pretrain BERT-style encoders with masked language modeling in JAX/Flax.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    # configs/ (the presets) installs as the package `configs`: `--config=bert:base` and
-    # saved runs (read onto configs/base.py) work from a wheel too (mlmjax/presets.py)
-    packages=find_packages(include=["mlmjax", "mlmjax.*", "configs"]),
+    # configs/ (the presets) is mlmjax/configs (a link to it), so it installs as
+    # `mlmjax.configs`: `--config=bert:base` and saved runs (read onto configs/base.py) work
+    # from a wheel too (mlmjax/presets.py), and a `configs` folder where a command runs never
+    # shadows them
+    packages=find_packages(include=["mlmjax", "mlmjax.*"]),
     # the GPU target descriptions mlmjax.compile reads (parallel/targets.py)
     package_data={"mlmjax.parallel": ["gpu_specs/*.txtpb"]},
     # jax 0.10 on Python 3.11; jax 0.11 and 0.12 need Python 3.12 or newer, so pip picks the

@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.join(REPO, "benchmarks"))
 from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
-from configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
-from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position

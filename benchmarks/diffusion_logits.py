@@ -34,7 +34,7 @@ sys.path.insert(0, REPO)
 from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
-from configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.models import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import aot  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
-from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong-import-position
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position

@@ -53,7 +53,7 @@ def _time(step, steps: int) -> dict:
 def run_mlmjax(size, steps, dropout):
   sys.path.insert(0, ".")
   import jax  # pylint: disable=g-import-not-at-top
-  from configs import bert  # pylint: disable=g-import-not-at-top
+  from mlmjax.configs import bert  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import sharding  # pylint: disable=g-import-not-at-top
   from mlmjax.training import assembly  # pylint: disable=g-import-not-at-top
   from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top

@@ -27,7 +27,7 @@ from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 
 plugins.hide()
 
-from configs import tiny  # pylint: disable=wrong-import-position
+from mlmjax.configs import tiny  # pylint: disable=wrong-import-position
 from mlmjax.training import goodput  # pylint: disable=wrong-import-position
 from mlmjax.training import settings  # pylint: disable=wrong-import-position
 from mlmjax.training import train  # pylint: disable=wrong-import-position

@@ -9,7 +9,7 @@ decay 0.01), 10k warmup steps then linear decay, batch 256, 1M steps; 90% of the
 vocabulary (WordPiece in BERT, sentencepiece here).
 """
 
-from configs import base
+from mlmjax.configs import base
 
 # name: (layers, hidden size, attention heads)
 SIZES = {

@@ -13,7 +13,7 @@ the phase: eval.mask_rate). At the tiny size on this machine, docs/experiments.m
 the same split against MLM alone.
 """
 
-from configs import modernbert
+from mlmjax.configs import modernbert
 
 CLM_FRACTION = 0.25
 

@@ -14,8 +14,8 @@ any MLM run. base uses pre-LayerNorm and rotary positions, as LLaDA's LLaMA-styl
 does, without dropout.
 """
 
-from configs import base
-from configs import tiny
+from mlmjax.configs import base
+from mlmjax.configs import tiny
 
 SIZES = ("tiny", "base")
 

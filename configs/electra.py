@@ -12,7 +12,7 @@ warmup steps then linear decay; dropout 0.1; small: batch 128, lr 5e-4, 128-toke
 steps; base: batch 256, lr 2e-4, 512-token rows, 766K steps. No NSP.
 """
 
-from configs import base
+from mlmjax.configs import base
 
 # name: (layers, hidden, heads, mlp, embedding width, generator fraction, lr, batch, seq, steps)
 SIZES = {

@@ -17,7 +17,7 @@ the last 10% of steps (the paper decays during its context extension, a separate
 sentencepiece instead of ModernBERT's modified OLMo BPE tokenizer.
 """
 
-from configs import base
+from mlmjax.configs import base
 
 # name: (layers, hidden size, heads, gated MLP width, peak lr, warmup tokens)
 SIZES = {

@@ -8,7 +8,7 @@ Published (MosaicBERT-Base): mask rate 0.30 (80/10/10), 128-token rows, no NSP, 
 architecture changes this preset does not make.)
 """
 
-from configs import bert
+from mlmjax.configs import bert
 
 
 def get_config(size: str = "base"):

@@ -10,7 +10,7 @@ lr 6e-4 (base) / 4e-4 (large), warmup 24K / 30K steps then linear decay, Adam be
 byte-level BPE vocabulary (a 50,265-piece sentencepiece BPE here).
 """
 
-from configs import base
+from mlmjax.configs import base
 
 # name: (layers, hidden size, attention heads, peak lr, warmup steps)
 SIZES = {

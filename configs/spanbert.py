@@ -10,7 +10,7 @@ a masked span predicted from the two tokens around the span and its position in 
 two-layer GELU + LayerNorm MLP into the tied decoder) added to the MLM loss with weight 1.
 """
 
-from configs import bert
+from mlmjax.configs import bert
 
 
 def get_config(size: str = "base"):

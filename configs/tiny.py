@@ -13,7 +13,7 @@ sat at the "copy the input + predict frequent tokens" plateau for at least 3,000
 neighbours within ~200 steps (25% at step 400, 40% at step 3,000 at 15% masking; measured here).
 """
 
-from configs import base
+from mlmjax.configs import base
 
 
 def get_config():

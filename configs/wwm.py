@@ -4,7 +4,7 @@ piece of a selected word masked together.
 Use: python -m mlmjax.main --config=configs/wwm.py:large --workdir=runs/bert-wwm
 """
 
-from configs import bert
+from mlmjax.configs import bert
 
 
 def get_config(size: str = "base"):

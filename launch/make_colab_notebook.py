@@ -90,8 +90,8 @@ else:
         print(f"installing {REPO_URL or 'the clone'} at {REPO_REF}: {REPO_DIR}")
     target = REPO_DIR + "[tpu]" if on_tpu() else REPO_DIR  # [tpu]: the libtpu of mlmjax's jax
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", target], check=True)
-# This running kernel does not see a fresh editable install, and configs/ is not part of the
-# package: both are imported from the source tree.
+# This running kernel does not see a fresh editable install: mlmjax (its presets too, in
+# mlmjax/configs) is imported from the source tree.
 sys.path.insert(0, REPO_DIR)"""),
     ("markdown", "devices-md", """\
 ## 2. Devices
@@ -116,7 +116,7 @@ mlmjax trains on the corpus first (a few seconds). Change any key here, as with
     ("code", "config", """\
 import importlib
 
-config = importlib.import_module("configs.tiny").get_config()
+config = importlib.import_module("mlmjax.configs.tiny").get_config()
 config.train.steps = STEPS
 config.train.log_every_steps = max(1, STEPS // 24)  # about 24 points on the loss curve
 config.train.eval_every_steps = min(config.train.eval_every_steps, STEPS)

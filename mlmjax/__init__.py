@@ -27,7 +27,7 @@ tests/project/test_layering.py holds every module to it):
   parallel/    the device mesh, sharding rules, the multi-host runtime, compile targets
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
 cli.py runs every command (flags, one-line errors, --help) and presets.py resolves
---config=NAME[:VARIANT] to configs/ (installed as the package `configs`); errors.py (one-line
+--config=NAME[:VARIANT] to configs/ (mlmjax/configs links to it); errors.py (one-line
 user errors), paths.py (every file a run reads or writes, local or in a bucket) and
 typed_settings.py (a config section as frozen typed settings) serve every layer and import
 nothing above them.

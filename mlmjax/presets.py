@@ -4,9 +4,10 @@
     --config=bert:base        configs/bert.py with "base" passed to its get_config
     --config=my/config.py     a file of your own (a path always wins over a name)
 
-The presets are the repository's top-level `configs/` folder, installed with mlmjax as the
-package `configs` (setup.py), so the same names work from a clone, an editable install or a
-wheel, and a config of your own can build on one (`from configs import bert`).
+The presets are the repository's top-level `configs/` folder, which is also `mlmjax/configs`
+(a link), so they import as `mlmjax.configs` from a clone, an editable install or a wheel: a
+`configs` folder where a command runs never shadows them, and a config of your own can build on
+one (`from mlmjax.configs import bert`).
 
 `load` loads a --config value once before the flags are parsed, so that a missing file, a file
 that is not a config and an unknown variant are each one line naming the flag (mlmjax/cli.py
@@ -22,6 +23,7 @@ import inspect
 import os
 import traceback
 
+from mlmjax import configs
 from mlmjax.errors import CommandLineError
 
 # The keys train.phases decide when it is set (training/phases.py): every phase names its own
@@ -32,12 +34,8 @@ PHASE_OPTION_KEYS = {"batch_size": "train.batch_size", "rope_base": "model.rope_
 
 
 def folder() -> str:
-  """Where the installed presets are (the `configs` package)."""
-  spec = importlib.util.find_spec("configs")
-  if spec is None or not spec.submodule_search_locations:
-    raise CommandLineError("mlmjax's presets (the configs package) are not installed:"
-                           " reinstall mlmjax")
-  return list(spec.submodule_search_locations)[0]
+  """Where the presets are (the `mlmjax.configs` package)."""
+  return os.path.dirname(configs.__file__)
 
 
 def names() -> list[str]:

@@ -98,7 +98,7 @@ def train_on_one_device(config, workdir: str) -> str:
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.data.corpora import sources  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.data.text import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 

@@ -5,7 +5,7 @@ helpers that read masks back; their fixtures are in tests/data/conftest.py."""
 import grain
 import numpy as np
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax.data.text import documents
 from mlmjax.data.rows import formats
 from mlmjax.data import masking

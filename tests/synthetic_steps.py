@@ -8,7 +8,7 @@ import re
 import jax
 import numpy as np
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 

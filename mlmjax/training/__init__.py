@@ -35,5 +35,6 @@
   profiling.py         train.profile_steps: a jax.profiler trace of chosen steps
 The jitted core (steps.py, train_state.py, losses.py, optimizer.py, settings.py) loads nothing
 of data/: assembly.py joins it to the input.
-Imports hf/, data/, parallel/ and models/; finetuning/ and the commands build on it.
+Imports hf/, data/, parallel/, models/ and configs/ (saved_config.py reads a run onto
+configs/base.py); finetuning/ and the commands build on it.
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from absl import logging
-from configs import base  # the presets' package, installed with mlmjax (setup.py)
+from mlmjax.configs import base
 import ml_collections
 
 from mlmjax import errors
@@ -57,8 +57,7 @@ def read(path: str) -> dict:
 
 
 def defaults() -> ml_collections.ConfigDict:
-  """Today's defaults of a pretraining run (configs/base.py, installed with mlmjax as the
-  package `configs`), a fresh copy."""
+  """Today's defaults of a pretraining run (configs/base.py), a fresh copy."""
   return base.get_config()
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import train_on_one_device
 from mlmjax import errors
 from mlmjax import predict

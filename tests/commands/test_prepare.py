@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import storage_servers
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import REPO, prepare, user_env
 from masking_cases import NLP
 import mlmjax.data

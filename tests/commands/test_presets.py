@@ -3,13 +3,15 @@ file; a path wins over a name; an override that train.phases would ignore is ref
 train.phases is overridden too. (Each command's one-line errors: test_command_lines.py.)"""
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 import command_lines
 from conftest import REPO, user_env
-from configs import base
-from configs import bert
+from mlmjax.configs import base
+from mlmjax.configs import bert
 from mlmjax import errors
 from mlmjax import presets
 
@@ -28,6 +30,22 @@ def test_the_names_are_the_files_of_configs():
   assert os.path.samefile(presets.folder(), os.path.join(REPO, "configs"))
 
 
+@pytest.mark.parametrize("package", [False, True])
+def test_a_configs_folder_where_a_command_runs_does_not_shadow_the_presets(tmp_path, package):
+  """mlmjax's presets are `mlmjax.configs`: a user's configs/ (a plain folder or a package,
+  its tiny.py broken) is not theirs. (From a wheel: tests/project/test_install.py.)"""
+  (tmp_path / "configs").mkdir()
+  (tmp_path / "configs" / "tiny.py").write_text("raise ImportError('the user configs/ was read')\n")
+  if package:
+    (tmp_path / "configs" / "__init__.py").write_text("")
+  proc = subprocess.run(
+      [sys.executable, "-c", "from mlmjax import presets; print(presets.names());"
+       " print(presets.load('config', 'tiny').model.num_layers)"],
+      cwd=tmp_path, env=user_env(), capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.splitlines() == [str(presets.names()), "4"]
+
+
 @pytest.mark.parametrize("name,variant", ALL)
 def test_a_preset_by_name_is_its_file(name, variant):
   given = name + (f":{variant}" if variant else "")
@@ -42,7 +60,7 @@ def test_a_path_or_an_unknown_name_stays_as_given(tmp_path, monkeypatch):
   assert presets.resolve("configs/bert.py:base") == "configs/bert.py:base"
   assert presets.resolve("nosuch:base") == "nosuch:base"
   mine = tmp_path / "tiny"  # a file of the user's that happens to share a preset's name
-  mine.write_text("from configs import tiny\n\ndef get_config():\n  return tiny.get_config()\n")
+  mine.write_text("from mlmjax.configs import tiny\n\ndef get_config():\n  return tiny.get_config()\n")
   monkeypatch.chdir(tmp_path)
   assert presets.resolve("tiny") == "tiny"
 

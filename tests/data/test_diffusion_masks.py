@@ -6,7 +6,7 @@ masks for the same (seed, step, example) wherever it sits."""
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from mlmjax.data import masking
 from mlmjax.data.masking import diffusion
 from mlmjax.data.masking import uniforms

@@ -4,7 +4,7 @@ phase, and exact resume across a change of rate."""
 import numpy as np
 import pytest
 
-from configs import base
+from mlmjax.configs import base
 from conftest import assert_resumes_exactly
 from mlmjax.data import masking
 from mlmjax.data.text import vocab_stats

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax.data import masking
 from mlmjax.data.text import vocab_stats
 from mlmjax.data.masking import uniforms

@@ -58,7 +58,7 @@ def test_a_run_over_a_mixture_resumes_exactly_across_its_weight_switch(tmp_path,
 
 
 def test_prepared_sources_mix(tmp_path, micro_config, tokenizer_path):
-  from configs import tiny  # pylint: disable=g-import-not-at-top
+  from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top
   (tmp_path / "extra.txt").write_text("\n\n".join(f"Extra document {i}." for i in range(40)))
   prep = tiny.get_config()
   prep.tokenizer.path = tokenizer_path

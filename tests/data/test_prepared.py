@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import (REPO, assert_resumed, assert_same_arrays, base_shape, build_input, prepare,
                       saved_state, train_iter, user_env)
 from masking_cases import NLP

@@ -14,7 +14,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 import command_lines
 from conftest import REPO, assert_resumed, saved_state, train_on_one_device, user_env
 from mlmjax import embed

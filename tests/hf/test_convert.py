@@ -11,7 +11,7 @@ import transformers
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax.data.text import hf_tokenizer
 from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import importer

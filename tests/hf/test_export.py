@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import transformers
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import REPO, base_shape, build_input, user_env
 from mlmjax import predict
 from mlmjax.data.text import sentences

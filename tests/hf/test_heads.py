@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import finished

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax import errors
 from mlmjax.models import attention
 from mlmjax.training import config_check

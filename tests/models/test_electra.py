@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from configs import electra as electra_config
+from mlmjax.configs import electra as electra_config
 from conftest import assert_resumes_exactly, micro, saved_state
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks

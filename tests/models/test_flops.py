@@ -15,7 +15,7 @@ under 1% at BERT sizes."""
 import jax
 import pytest
 
-from configs import bert
+from mlmjax.configs import bert
 from mlmjax.models import flops
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly

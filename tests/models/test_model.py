@@ -195,7 +195,7 @@ def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config, caplog)
   """The ModernBERT preset's options on the micro model: pre-LN, GeGLU, no biases, sliding
   windows (8 tokens in two of three layers), two rotary bases, WSD with 1 - sqrt decay and
   update clipping, scanned layers."""
-  from configs import modernbert  # pylint: disable=g-import-not-at-top
+  from mlmjax.configs import modernbert  # pylint: disable=g-import-not-at-top
   from conftest import assert_resumes_exactly  # pylint: disable=g-import-not-at-top
   from mlmjax.training import train  # pylint: disable=g-import-not-at-top
   preset = modernbert.get_config("base")

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from configs import base
+from mlmjax.configs import base
 from mlmjax.errors import ConfigError
 from mlmjax.models import electra
 from mlmjax.models.settings import ModelSettings

@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import REPO, user_env
 from mlmjax import errors
 from mlmjax.models import attention

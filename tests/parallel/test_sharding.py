@@ -302,7 +302,7 @@ def test_fsdp_gathers_layer_by_layer_and_needs_under_half_the_memory():
   """BERT-large (335M parameters) on 8 devices, one row of 128 tokens per device: FSDP holds a
   shard of the weights and optimizer state and one layer's full weights at a time; data
   parallelism holds all of them everywhere. (Measured: 1.51 vs 6.25 GiB.)"""
-  from configs import bert  # pylint: disable=g-import-not-at-top
+  from mlmjax.configs import bert  # pylint: disable=g-import-not-at-top
   memory = {}
   for shape in ((8, 1, 1), (1, 8, 1)):
     config = bert.get_config("large")

@@ -26,7 +26,8 @@ BASE = ("mlmjax.errors", "mlmjax.paths", "mlmjax.typed_settings")
 def modules() -> dict[str, str]:
   """Dotted name -> file, for every module of mlmjax (a package by its __init__.py)."""
   out = {}
-  for folder, _, files in os.walk(os.path.join(ROOT, "mlmjax")):
+  # followlinks: mlmjax/configs is a link to the repository's configs/
+  for folder, _, files in os.walk(os.path.join(ROOT, "mlmjax"), followlinks=True):
     for name in files:
       if name.endswith(".py"):
         path = os.path.join(folder, name)

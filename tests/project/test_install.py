@@ -1,7 +1,7 @@
 """mlmjax as a wheel, not a checkout: built from the files setup.py packages, installed into a
-folder of its own, run from a folder that holds no checkout. A preset by name trains and
-resumes; evaluate and predict read the run back (its config onto the installed
-configs/base.py)."""
+folder of its own, run from folders that hold no checkout but a `configs` folder of the user's
+(which must not shadow mlmjax's presets). A preset by name trains and resumes; evaluate and
+predict read the run back (its config onto the installed mlmjax/configs/base.py)."""
 
 import json
 import os
@@ -25,14 +25,14 @@ def _pip(*args, cwd):
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-  """A folder holding mlmjax and configs installed from a wheel (PYTHONPATH), and the wheel."""
+  """A folder holding mlmjax installed from a wheel (PYTHONPATH), and the wheel."""
   tmp = tmp_path_factory.mktemp("wheel")
   source = tmp / "source"  # what an sdist holds, so that the build writes nothing into REPO
   source.mkdir()
   for name in ("setup.py", "README.md"):
     shutil.copy(os.path.join(REPO, name), source / name)
-  for name in ("mlmjax", "configs"):
-    shutil.copytree(os.path.join(REPO, name), source / name,
+  for name in ("mlmjax", "configs"):  # symlinks=True: mlmjax/configs stays a link, as in git
+    shutil.copytree(os.path.join(REPO, name), source / name, symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
   _pip("wheel", "-w", str(tmp / "dist"), str(source), cwd=tmp)
   wheel, = (tmp / "dist").glob("mlmjax-*.whl")
@@ -52,21 +52,29 @@ def test_the_wheel_holds_the_package_and_the_presets(installed):
   import zipfile  # pylint: disable=g-import-not-at-top
   _, wheel = installed
   names = zipfile.ZipFile(wheel).namelist()
-  assert "mlmjax/cli.py" in names and "configs/bert.py" in names and "configs/base.py" in names
-  assert "mlmjax/parallel/gpu_specs/h100.txtpb" in names
-  assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "launch/", "docs/"))]
+  assert "mlmjax/cli.py" in names and "mlmjax/configs/bert.py" in names
+  assert "mlmjax/configs/base.py" in names and "mlmjax/parallel/gpu_specs/h100.txtpb" in names
+  # nothing but mlmjax: no top-level `configs` package in site-packages
+  assert {n.split("/")[0] for n in names} == {"mlmjax", "mlmjax-0.1.0.dist-info"}
 
 
 def test_a_preset_by_name_trains_resumes_evaluates_and_predicts_from_the_wheel(
     installed, tmp_path, tokenizer_path):
-  """What the README shows, from a folder with no checkout in it."""
+  """What the README shows, from folders with no checkout in them but a user's `configs`
+  folder: a package (`__init__.py`) where it trains, a plain folder where it reads the run."""
   target, _ = installed
-  elsewhere = tmp_path / "elsewhere"  # no checkout here: no configs/ beside the command
-  elsewhere.mkdir()
-  where = _run(installed, elsewhere, "-c", "import configs, mlmjax; print(mlmjax.__file__);"
-               " print(configs.__file__)")
-  assert where.stdout.split() == [str(target / "mlmjax" / "__init__.py"),
-                                  str(target / "configs" / "__init__.py")], where.stderr
+  elsewhere, reader = tmp_path / "elsewhere", tmp_path / "reader"
+  for folder in (elsewhere, reader):  # a user's configs/ whose tiny.py and base.py break
+    (folder / "configs").mkdir(parents=True)
+    for name in ("tiny.py", "base.py"):
+      (folder / "configs" / name).write_text("raise ImportError('the user configs/ was read')\n")
+  (elsewhere / "configs" / "__init__.py").write_text("")
+  where = _run(installed, elsewhere, "-c", "import mlmjax.configs; from mlmjax import presets;"
+               " print(mlmjax.configs.__file__); print(presets.names())")
+  assert where.stdout.splitlines() == [
+      str(target / "mlmjax" / "configs" / "__init__.py"),
+      "['base', 'bert', 'biphasic', 'diffusion', 'electra', 'modernbert', 'mosaicbert',"
+      " 'roberta', 'spanbert', 'tiny', 'wwm']"], where.stderr
   run = str(tmp_path / "run")
   common = ["-m", "mlmjax.main", "--config=tiny", f"--workdir={run}",
             f"--config.tokenizer.path={tokenizer_path}", "--config.model.num_layers=1",
@@ -88,13 +96,13 @@ def test_a_preset_by_name_trains_resumes_evaluates_and_predicts_from_the_wheel(
   assert "Resumed from checkpoint at step 4" in second.stderr and "step 6/6 | loss" in second.stderr
   assert os.path.exists(os.path.join(run, "checkpoints/6"))
 
-  evaluate = _run(installed, elsewhere, "-m", "mlmjax.evaluate", f"--workdir={run}",
+  evaluate = _run(installed, reader, "-m", "mlmjax.evaluate", f"--workdir={run}",
                   "--batches=1")
   assert evaluate.returncode == 0, evaluate.stderr[-3000:]
   result = json.loads(evaluate.stdout)
   assert result["step"] == 6 and 0 <= result["mlm_accuracy"] <= 1
 
-  predict = _run(installed, elsewhere, "-m", "mlmjax.predict", f"--workdir={run}", "--top_k=3",
+  predict = _run(installed, reader, "-m", "mlmjax.predict", f"--workdir={run}", "--top_k=3",
                  "In the beginning God created the [MASK] and the earth.")
   assert predict.returncode == 0, predict.stderr[-3000:]
   lines = predict.stdout.splitlines()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from configs import base
-from configs import tiny
+from mlmjax.configs import base
+from mlmjax.configs import tiny
 from mlmjax import errors
 from mlmjax.training import config_check
 from mlmjax.training import train
@@ -141,7 +141,7 @@ def test_other_rules(key, value, message):
 
 
 def test_every_preset_passes():
-  from configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm  # pylint: disable=g-import-not-at-top
+  from mlmjax.configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm  # pylint: disable=g-import-not-at-top
   configs = [tiny.get_config(), spanbert.get_config(), wwm.get_config(),
              mosaicbert.get_config(), *(bert.get_config(s) for s in bert.SIZES),
              *(roberta.get_config(s) for s in ("base", "large")),

@@ -16,7 +16,7 @@ import pytest
 import command_lines
 from conftest import (assert_resumed, assert_same_arrays, saved_state, train_iter,
                       train_on_one_device, user_env)
-from configs import diffusion as diffusion_preset
+from mlmjax.configs import diffusion as diffusion_preset
 from mlmjax.data import masking
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.errors import ConfigError

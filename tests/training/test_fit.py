@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import REPO
 from mlmjax import errors
 from mlmjax.parallel import sharding

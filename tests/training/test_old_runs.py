@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from configs import base
-from configs import bert
+from mlmjax.configs import base
+from mlmjax.configs import bert
 from conftest import REPO, latest_step, user_env
 from mlmjax import errors
 from mlmjax import predict

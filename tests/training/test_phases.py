@@ -3,7 +3,7 @@
 
 import pytest
 
-from configs import base
+from mlmjax.configs import base
 from conftest import assert_resumes_exactly
 from mlmjax.errors import ConfigError
 from mlmjax.models import layers

@@ -2,7 +2,7 @@
 
 import pytest
 
-from configs import bert, biphasic, modernbert, mosaicbert, roberta, spanbert, wwm
+from mlmjax.configs import bert, biphasic, modernbert, mosaicbert, roberta, spanbert, wwm
 from mlmjax.training import phases
 from mlmjax.training.run_settings import RunSettings
 

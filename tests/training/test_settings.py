@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from configs import base
-from configs import spanbert
+from mlmjax.configs import base
+from mlmjax.configs import spanbert
 from mlmjax.data.masking.settings import Settings as MaskingSettings
 from mlmjax.data.settings import InputSettings
 from mlmjax.data.text.settings import TokenizerSettings

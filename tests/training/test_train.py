@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import tiny
+from mlmjax.configs import tiny
 from conftest import assert_resumes_exactly, assert_same_arrays, train_iter, train_on_one_device
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.parallel import sharding
