@@ -13,6 +13,8 @@ and so behaves like every other:
                        `error: ...` naming the flag, exit status 2, before anything runs
   bad input later      a UserError (errors.py) raised by the command: one line `error: ...`,
                        exit status 2 for a command line or config rule, 1 for other failures
+  out of memory        on the host or a device: one line with what was needed and what to
+                       do (errors.out_of_memory), exit status 1
   --help, -h           the command's docstring and its own flags, exit status 0 (--helpfull:
                        every flag of every module)
   --verbose            tracebacks instead of one-line errors
@@ -101,13 +103,25 @@ def parse(argv: list[str], required: tuple[str, ...] = (), arguments: bool = Fal
 
 
 def _run_main(main, argv: list[str]):
-  """`main(argv)` with a UserError (and app.UsageError) as one `error:` line."""
+  """`main(argv)` with a UserError (and app.UsageError), and running out of memory, as one
+  `error:` line."""
   try:
     return main(argv)
   except (errors.UserError, app.UsageError) as e:
     if _VERBOSE.value:
       raise
     _fail(str(e), getattr(e, "exit_status", 2))
+  except (MemoryError, RuntimeError) as e:  # jax's JaxRuntimeError is a RuntimeError
+    message = errors.out_of_memory(e, _given_config())
+    if message is None or _VERBOSE.value:
+      raise
+    _fail(message, 1)
+
+
+def _given_config() -> str | None:
+  """The --config value of the command line, as given (a preset's name or a file)."""
+  given = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("--config=")]
+  return given[-1] if given else None
 
 
 def _exit_on_error(check) -> None:

@@ -35,7 +35,8 @@ def commands_page() -> str:
       f"Generated from each command's `--help` ({_REGENERATE}). Every command is `python -m"
       " mlmjax.NAME` (`python -m mlmjax` lists them, a line each); bad input gets one"
       " `error:` line naming the flag (exit status 2 for a command line it cannot run, 1 for a"
-      " failure on the way), and `--verbose` shows tracebacks instead.", ""]
+      " failure on the way), running out of memory one line saying what was needed and what to"
+      " do (exit status 1), and `--verbose` shows tracebacks instead.", ""]
   for name, out in zip(COMMANDS, helps):
     assert out.returncode == 0, out
     parts += [f"## {name}", "", "```text", out.stdout.rstrip(), "```", ""]
