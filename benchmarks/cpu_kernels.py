@@ -39,7 +39,7 @@ def main():
   mesh = sharding.make_mesh(parts.settings.mesh, jax.devices()[:1])
   setup = parts.setup(aot.vocab_size(parts.settings.tokenizer), mesh)
   shape = parts.plan.whole_run
-  step = parts.train_step(setup, objective_kind=shape.objective)
+  step = parts.train_step(setup, objective=shape.objective)
   batch = parts.batch_spec(mesh, shape.batch_size, shape.seq_len, shape.max_predictions,
                            shape.objective)
   text = step.lower(setup.abstract_state, batch).compile().as_text()

@@ -180,15 +180,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()
-  # 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT); 'electra': a small MLM generator fills the
-  # masked slots with samples and the model (a discriminator) learns, on every token, which
-  # ones were replaced (mlmjax/models/electra.py); 'clm': next-token prediction with causal
-  # attention on the same encoder and head (mlmjax/training/causal_lm.py); 'diffusion': masked
-  # diffusion (MDLM, LLaDA), MLM at a mask rate drawn per document from 0 to 1
-  # (masking.diffusion_rates), which makes the encoder a text generator (docs/diffusion.md). A
-  # train.phases entry may switch between 'clm', 'mlm' and 'diffusion' (causal LM first, then
-  # MLM; MLM, then diffusion). Held-out metrics are MLM's at eval.mask_rate whatever the
-  # objective.
+  # A registered objective (mlmjax/training/objectives/, one module each; yours registers
+  # from your own module): 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT); 'electra': a small MLM
+  # generator fills the masked slots with samples and the model (a discriminator) learns, on
+  # every token, which ones were replaced; 'clm': next-token prediction with causal attention
+  # on the same encoder and head; 'diffusion': masked diffusion (MDLM, LLaDA), MLM at a mask
+  # rate drawn per document from 0 to 1 (masking.diffusion_rates), which makes the encoder a
+  # text generator (docs/diffusion.md). A train.phases entry may switch between 'clm', 'mlm'
+  # and 'diffusion' (causal LM first, then MLM; MLM, then diffusion). Held-out metrics are
+  # MLM's at eval.mask_rate whatever the objective.
   config.objective.kind = "mlm"
   # diffusion: the loss. 'inverse_rate': each target's cross-entropy over its document's rate,
   # per maskable token (the variational bound, as MDLM and LLaDA train); 'plain': the mean over

@@ -18,6 +18,9 @@ and so behaves like every other:
   --help, -h           the command's docstring and its own flags, exit status 0 (--helpfull:
                        every flag of every module)
   --verbose            tracebacks instead of one-line errors
+  --user_dir           a file or package of your own parts (a pretraining objective,
+                       training/objectives/), imported before the command runs, as fairseq's
+                       --user-dir: a run of your objective trains, evaluates and exports
 A --config flag of a file (config_flags.DEFINE_config_file) also takes a preset's name
 (presets.py).
 
@@ -41,6 +44,9 @@ from __future__ import annotations
 import difflib
 import functools
 import gc
+import importlib
+import importlib.util
+import os
 import re
 import sys
 import textwrap
@@ -56,6 +62,10 @@ from mlmjax import presets
 from mlmjax.parallel import plugins
 
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line errors.")
+_USER_DIR = flags.DEFINE_string(
+    "user_dir", None, "A .py file or a package folder of your own parts (e.g. a pretraining"
+    " objective registered with mlmjax.training.objectives.register), imported before the"
+    " command runs.")
 _HELP = ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?")
 _HELPFULL = ("--helpfull", "-helpfull")
 
@@ -88,6 +98,8 @@ def parse(argv: list[str], required: tuple[str, ...] = (), arguments: bool = Fal
     if len(rest) > 1 and not arguments:
       raise errors.CommandLineError(f"unexpected argument {rest[1]!r}: this command takes"
                                     " only flags (--help lists them)")
+    if _USER_DIR.value:
+      import_user_dir(_USER_DIR.value)
     for name in required:
       if flags.FLAGS[name].value in (None, "", []):
         raise errors.CommandLineError(f"--{name} is required: {_one_line(flags.FLAGS[name].help)}")
@@ -100,6 +112,35 @@ def parse(argv: list[str], required: tuple[str, ...] = (), arguments: bool = Fal
       raise
     _fail(_describe(e), 2)
   return rest
+
+
+def import_user_dir(path: str) -> None:
+  """Imports `path`, a .py file (as the module of its name) or a package folder (its parent
+  on sys.path), for what it registers; a CommandLineError if it cannot be."""
+  where = f"--user_dir={path}"
+  folder = os.path.abspath(path.rstrip("/"))
+  if os.path.isfile(folder) and folder.endswith(".py"):
+    name = os.path.basename(folder)[:-3]
+    spec = importlib.util.spec_from_file_location(name, folder)
+  elif os.path.isfile(os.path.join(folder, "__init__.py")):
+    sys.path.insert(0, os.path.dirname(folder))
+    name, spec = os.path.basename(folder), None
+  else:
+    raise errors.CommandLineError(f"{where}: neither a .py file nor a folder with an"
+                                  " __init__.py")
+  if name in sys.modules:
+    return  # imported already (by the config file, say)
+  try:
+    if spec is None:
+      importlib.import_module(name)
+    else:
+      module = importlib.util.module_from_spec(spec)
+      sys.modules[name] = module
+      spec.loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except  # whatever the user's code does
+    sys.modules.pop(name, None)
+    raise errors.CommandLineError(f"{where}: cannot be imported: {type(e).__name__}: {e}"
+                                  ) from None
 
 
 def _run_main(main, argv: list[str]):
@@ -259,7 +300,8 @@ def help_text() -> str:
   doc = (sys.modules["__main__"].__doc__ or "").strip()
   lines = [doc, "", "flags:"]
   own = flags.FLAGS.flags_by_module_dict().get(_main_module(), [])
-  shown = {f.name: f for f in own + _config_flags() + [flags.FLAGS["verbose"]]}
+  shown = {f.name: f for f in own + _config_flags()
+           + [flags.FLAGS[_VERBOSE.name], flags.FLAGS[_USER_DIR.name]]}
   for flag in sorted(shown.values(), key=lambda f: f.name):
     has_default = (not config_flag_types.is_config_flag(flag)
                    and flag.default not in (None, "", []))

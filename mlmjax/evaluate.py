@@ -33,7 +33,6 @@ from mlmjax import cli
 from mlmjax.data import run_input as input_lib
 from mlmjax.training import finished_run
 from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import steps
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 
@@ -74,13 +73,17 @@ def evaluate(path: str, source: str = "", step: int | None = None,
       input_lib.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
       settings.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
       source)
-  eval_step, phase = steps.make_eval_step(run.setup), run.plan.phases[-1]
-  out = train.heldout_metrics(eval_step, run.state["params"], run_input, phase, run.setup.mesh)
+  phase = run.plan.phases[-1]
+  objective = run.parts.objective(phase.objective)
+  eval_step = run.parts.eval_step(run.setup, phase.objective)
+  out = train.heldout_metrics(eval_step, objective, run.state["params"], run_input, phase,
+                              run.setup.mesh)
   if bound_samples is None:
-    bound_samples = 4 if phase.objective == "diffusion" else 0
+    bound_samples = objective.bound_samples
   if bound_samples:
-    bounds = [train.heldout_metrics(eval_step, run.state["params"], run_input, phase,
-                                    run.setup.mesh, diffusion_sample=k)["eval/diffusion_bound"]
+    bounds = [train.heldout_metrics(eval_step, objective, run.state["params"], run_input,
+                                    phase, run.setup.mesh,
+                                    diffusion_sample=k)["eval/diffusion_bound"]
               for k in range(bound_samples)]
     bound = sum(bounds) / len(bounds)
     out.update({"eval/diffusion_bound": bound, "eval/bits_per_token": bound / math.log(2.0),

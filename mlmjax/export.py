@@ -59,7 +59,7 @@ def main(argv):
     return
   run = finished_run.load(_WORKDIR.value, _STEP.value)
   exporter.export(run, _OUT.value)
-  arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
+  arch = hf_convert.export_arch(run.settings.model, run.hf_model_type)
   kind = _FAMILY_NAMES[arch.model_type]
   print(f"checkpoint step {run.step} of {_WORKDIR.value} -> {_OUT.value} ({kind},"
         f" {run.tokenizer.kind} tokenizer, {len(run.tokenizer)} ids)")

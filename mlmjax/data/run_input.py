@@ -32,6 +32,7 @@ from mlmjax.data.masking import entities
 from mlmjax.data.settings import InputSettings
 from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import ConfigError, DataError
+from mlmjax.models import batch_schema
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Shape(Protocol):
   max_predictions: int
   batch_size: int  # global rows per step
   seed: int  # document order, packing, masks
-  objective: str  # 'diffusion' masks at per-document rates (masking/diffusion.py)
+  masker: str  # how its objective masks: models/batch_schema.py's MLM_ or DIFFUSION_MASKING
 
 
 @dataclasses.dataclass
@@ -97,7 +98,7 @@ class RunInput:
     return pipeline.make_train_iter(
         self.data, self.tokenizer, source,
         self.masker(shape.max_predictions, None, token_weights, mask_rates,
-                    shape.objective == "diffusion"),
+                    shape.masker == batch_schema.DIFFUSION_MASKING),
         batch_size=shape.batch_size, seq_len=shape.seq_len, seed=shape.seed,
         word_start=self.stats.word_start, first_step=first_step)
 

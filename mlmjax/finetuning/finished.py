@@ -30,6 +30,7 @@ from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
 from mlmjax.hf import exporter
 from mlmjax.parallel import sharding
 from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training import objectives
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
@@ -50,6 +51,11 @@ class FinetunedModel:
   step: int
   params: dict  # the fine-tuning model's parameters (the encoder's under "encoder")
   setup: train_state.MeshSetup
+
+  @property
+  def hf_model_type(self) -> str | None:
+    """The transformers model type of the pretrained run's objective (hf/convert.py)."""
+    return objectives.get(self.pretrained.objective.kind).hf_model_type
 
   @functools.cached_property
   def _apply(self):

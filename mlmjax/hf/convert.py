@@ -203,11 +203,12 @@ def model_settings(hf_config: dict, pair_format: bool) -> tuple[Arch, dict]:
   return Arch(model_type, offset), settings
 
 
-def export_arch(m: ModelSettings, objective_kind: str) -> Arch:
-  """The transformers architecture a run of model `m` and objective.kind `objective_kind`
-  exports to, or a one-line refusal naming what it cannot represent."""
-  if objective_kind == "electra":
-    arch = Arch("electra")
+def export_arch(m: ModelSettings, model_type: str | None = None) -> Arch:
+  """The transformers architecture a run of model `m` exports to (`model_type`: the one its
+  objective names, training/objectives/), or a one-line refusal naming what it cannot
+  represent."""
+  if model_type:
+    arch = Arch(model_type)
   elif m.norm_position == "pre":
     arch = Arch("modernbert")
   else:

@@ -75,7 +75,7 @@ def export(run, out: str) -> None:
   transformers = require_transformers()
   model_cfg, tok = run.settings.model, run.tokenizer
   params = jax.tree.map(np.asarray, run.state["params"])
-  arch = hf_convert.export_arch(run.settings.model, run.settings.objective.kind)
+  arch = hf_convert.export_arch(run.settings.model, run.hf_model_type)
   nsp = "pooler" in params
   if arch.model_type != "bert" and nsp:
     logging.warning("transformers' %s has no NSP head: exporting the MLM head only",
@@ -174,7 +174,8 @@ def verify(run, out: str, text: str = SAMPLE_TEXT) -> float:
   ids = [special_ids.CLS_ID] + tok.encode([text])[0] + [special_ids.SEP_ID]
   to_hf = getattr(tok, "vocab_to_hf", np.arange(len(tok)))
   transformers.logging.set_verbosity_error()  # load-time notices about classes, not the model
-  if run.settings.objective.kind == "electra":  # the discriminator's replaced-or-not logits
+  arch = hf_convert.export_arch(run.settings.model, run.hf_model_type)
+  if arch.model_type == "electra":  # the discriminator's replaced-or-not logits
     model = transformers.ElectraForPreTraining.from_pretrained(out).eval()
     with torch.no_grad():
       hf_logits = model(input_ids=torch.from_numpy(to_hf[ids][None])).logits[0].numpy()

@@ -48,7 +48,7 @@ _POOLED = ("classification", "regression", "multiple_choice")  # heads on the [C
 
 def _arch_and_class(model) -> tuple[hf_convert.Arch, str]:
   pre, kind = model.pretrained, model.kind.name
-  arch = hf_convert.export_arch(pre.model, pre.objective.kind)
+  arch = hf_convert.export_arch(pre.model, model.hf_model_type)
   name = CLASSES[kind].get(arch.model_type)
   if name is None:
     have = ", ".join(f"{a} ({c})" for a, c in CLASSES[kind].items())

@@ -5,7 +5,7 @@ packed sequence a token belongs to (0 = padding): a token attends only to the to
 sequence. Outputs for padding tokens are unspecified (nothing reads them). With a `window` W and
 `local` true, a token attends only to tokens at most W // 2 positions away (ModernBERT's
 sliding window; `local` may be a traced boolean, so a scanned stack can alternate). With
-`causal` (the causal-LM objective, training/causal_lm.py) a token attends only to itself and
+`causal` (the causal-LM objective, training/objectives/clm.py) a token attends only to itself and
 the tokens before it in its sequence.
 
   xla         jax.nn.dot_product_attention's XLA path with a block-diagonal mask; every

@@ -51,6 +51,13 @@ DIFFUSION_RATES = {"masked_rates": ("BP", _FLOAT)}
 HOST_ONLY = {"sequence_keys": ("BT", _INT64), "epochs": ("BT", _INT),
              "annotations": ("BTF", _INT)}
 
+# How a batch's prediction slots were masked: the tag an objective names (training/objectives/)
+# and the input turns into its masker (data/run_input.py). MLM_MASKING: slots at the masking
+# strategy's rate; DIFFUSION_MASKING: every token a possible slot, at a rate drawn per document
+# (its batches carry DIFFUSION_RATES).
+MLM_MASKING = "mlm"
+DIFFUSION_MASKING = "diffusion"
+
 
 def fields(pairs: bool, span_boundaries: bool,
            diffusion: bool = False) -> dict[str, tuple[str, np.dtype]]:

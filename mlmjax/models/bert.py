@@ -302,7 +302,7 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
     the head's features (head_features) at every position but the last, each token attending
     only to itself and the tokens before it in its sequence; `decoder` [V, D] and
     `decoder_bias` [V], which the loss applies a chunk of positions at a time
-    (training/causal_lm.py), so that [B, T-1, V] logits never exist whole. Call it on a copy
+    (training/objectives/clm.py), so that [B, T-1, V] logits never exist whole. Call it on a copy
     of the model (train_state.forward makes one per step): it switches the copy's attention
     to causal."""
     self.set_attributes(causal=True, raise_if_not_found=False)

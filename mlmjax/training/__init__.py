@@ -9,9 +9,10 @@
                        parsed once into a Plan
   loop.py              the step loop: order of things, preemption, the non-finite policy
   train_state.py       the sharded {"step", "params", "opt_state"} and how it is built
-  steps.py             the pure jitted train and eval steps, and the pretraining objective
+  steps.py             the pure jitted train and eval steps, and the contract of their loss
   losses.py            losses as (sum, count) pairs over the global batch
-  causal_lm.py         the next-token objective on the encoder (a phase's 'clm')
+  objectives/          the pretraining objectives, registered by name: MLM (NSP/SOP, span
+                       boundary), ELECTRA, CLM, diffusion
   optimizer.py         AdamW / LAMB / Muon, clipping, learning-rate schedules (steps or tokens)
   time_budget.py       train.budget_hours: the schedule follows the time spent
   masking_feedback.py  adaptive masking: per-token losses fed back to the masker

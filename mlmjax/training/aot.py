@@ -55,9 +55,7 @@ from mlmjax.parallel import targets
 from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import fit
-from mlmjax.training import phases as phases_lib
 from mlmjax.training import step_time
-from mlmjax.training import steps as steps_lib
 
 GiB = 1024**3
 
@@ -111,7 +109,8 @@ def _compile_steps(parts: assembly.Assembly, target: targets.Target, which) -> l
   out, evaluated = [], set()
   for phases, (batch, seq_len, train_slots, objective) in parts.plan.shapes().items():
     # eval_bound: what `evaluate` runs for a diffusion run, its held-out rows a slot a position
-    for name in (n for n in which if n != "eval_bound" or objective == "diffusion"):
+    bound = parts.objective(objective).bound_samples > 0
+    for name in (n for n in which if n != "eval_bound" or bound):
       if name.startswith("eval"):  # one a shape, whatever the phases train at it
         if (name, batch, seq_len) in evaluated:
           continue
@@ -137,21 +136,22 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
   mesh, settings = setup.mesh, parts.settings
   if name == "train":
     slots = train_slots
-    fn = parts.train_step(setup, objective_kind=objective)
+    fn = parts.train_step(setup, objective=objective)
     state = setup.abstract_state
-    predicted = phases_lib.predicted_positions(seq_len, slots, objective)
+    predicted = parts.objective(objective).predicted_positions(seq_len, slots)
     per_token = parts.flops_per_token(vocab, seq_len, predicted)
   else:
     # The held-out batches: MLM's at eval.mask_rate whatever the objective ("eval"), or masked
     # as diffusion masks them for its bound ("eval_bound": run_input.eval_batches), whose
-    # logits are whole whatever objective.logits_chunk says (steps.heldout_sums).
-    objective = "diffusion" if name == "eval_bound" else "mlm"
+    # logits are whole whatever objective.logits_chunk says (objectives/mlm.py heldout_sums).
+    fn, state = parts.eval_step(setup, objective), setup.abstract_state["params"]
+    masked_as = "diffusion" if name == "eval_bound" else "mlm"
     slots = seq_len if name == "eval_bound" else run_input.held_out_max_predictions(
         seq_len, settings.eval.mask_rate)
-    fn, state = steps_lib.make_eval_step(setup), setup.abstract_state["params"]
     # Forward only: a third of the train step's.
     per_token = parts.flops_per_token(vocab, seq_len, slots) / 3
-  args = (state, parts.batch_spec(mesh, batch, seq_len, slots, objective))
+  args = (state, parts.batch_spec(mesh, batch, seq_len, slots,
+                                  objective if name == "train" else masked_as))
   tokens = batch * seq_len / mesh.size
   model_flops = per_token * tokens
   # What the compiler can see of it: with scan_layers it counts the loop body once, so
@@ -160,7 +160,7 @@ def _compile_step(name: str, parts: assembly.Assembly, setup, vocab: int, target
   seen = model_flops
   if settings.model.scan_layers:
     seen = None
-    if settings.objective.kind in ("mlm", "diffusion"):
+    if parts.objective().generator_fraction(settings.objective) is None:
       layers = settings.model.num_layers
       stack = flops_lib.encoder_flops_per_token(settings.model, seq_len) * tokens
       seen = model_flops - (3 if name == "train" else 1) * stack * (layers - 1) / layers

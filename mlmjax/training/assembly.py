@@ -4,7 +4,9 @@ mesh, its train step, its batches' shapes and its FLOPs.
     RunSettings --plan once (phases.py)--> Assembly(settings, plan)
       .input(...)        data/run_input.py's RunInput: train and held-out batches, tokenizer
       .setup(...)        train_state.MeshSetup: the model and optimizer, sharded
-      .train_step(...)   steps.make_train_step with the pretraining objective
+      .objective(...)    the run's objective, or a phase's (objectives/)
+      .train_step(...)   steps.make_train_step with that objective's loss
+      .eval_step(...)    steps.make_eval_step with its held-out sums
       .batch_spec(...)   the abstract batch a step is compiled for
       .flops_per_token   models/flops.py's count for this model
 
@@ -23,10 +25,9 @@ from flax import nnx
 from mlmjax.data import run_input
 from mlmjax.data.rows import formats
 from mlmjax.models import batch_schema
-from mlmjax.models import bert
-from mlmjax.models import electra
 from mlmjax.models import flops
 from mlmjax.parallel import sharding
+from mlmjax.training import objectives
 from mlmjax.training import optimizer
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import steps
@@ -60,19 +61,19 @@ class Assembly:
                            run_input.HeldOut(s.eval.mask_rate, s.train.eval_batches),
                            s.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
 
+  def objective(self, name: str | None = None) -> objectives.Objective:
+    """The objective `name` (a phase's), by default the run's (objective.kind)."""
+    return objectives.get(name or self.settings.objective.kind)
+
   def model(self, vocab_size: int, mesh: jax.sharding.Mesh,
             rope_base: float | None = None) -> nnx.Module:
-    """The pretraining model (BERT-style MLM, or ELECTRA) with the heads the objective and the
-    data format ask for, for `mesh` (at another rotary base: a phase's)."""
+    """The run's objective's pretraining model, with the heads it and the data format ask for,
+    for `mesh` (at another rotary base: a phase's)."""
     s = self.settings
     model = s.model if rope_base is None else dataclasses.replace(s.model, rope_base=rope_base)
-    target = train_state.target(mesh)
-    if s.objective.kind == "electra":
-      return electra.ElectraForPretraining(model, s.objective.generator_fraction, vocab_size,
-                                           nnx.Rngs(params=s.seed), target)
-    return bert.BertForPretraining(model, vocab_size, nnx.Rngs(params=s.seed),
-                                   nsp_head=formats.has_pair_labels(s.data.format),
-                                   sbo_head=s.objective.span_boundary_weight > 0, target=target)
+    return self.objective().model(model, s.objective, vocab_size, nnx.Rngs(params=s.seed),
+                                  train_state.target(mesh),
+                                  pairs=formats.has_pair_labels(s.data.format))
 
   def setup(self, vocab_size: int, mesh: jax.sharding.Mesh) -> train_state.MeshSetup:
     """The model with its optimizer (train.*, on the plan's token clock), sharded by
@@ -91,25 +92,29 @@ class Assembly:
     return dataclasses.replace(setup, graphdef=graphdef)
 
   def train_step(self, setup: train_state.MeshSetup, per_token_loss: bool = False,
-                 objective_kind: str | None = None):
-    """The pretraining train step (its objective, the optimizer's schedule, the run's seed);
-    `objective_kind` 'clm', 'mlm' or 'diffusion' (a phase's) in place of objective.kind."""
+                 objective: str | None = None):
+    """The pretraining train step (its objective's loss, the optimizer's schedule, the run's
+    seed); `objective`: a phase's in place of objective.kind."""
     s = self.settings
-    if (objective_kind or s.objective.kind) == "clm":
-      objective = steps.causal_lm_objective(per_token_loss)
-    else:
-      objective = steps.pretraining_objective(s.objective, per_token_loss)
-    return steps.make_train_step(setup, objective, s.train, s.seed, self.plan.step_tokens)
+    loss = self.objective(objective).step(s.objective, per_token_loss)
+    return steps.make_train_step(setup, loss, s.train, s.seed, self.plan.step_tokens)
+
+  def eval_step(self, setup: train_state.MeshSetup, objective: str | None = None):
+    """The held-out step of a phase of `objective` (default: the run's): its evaluation's
+    sums, without dropout."""
+    return steps.make_eval_step(setup, self.objective(objective).evaluation().heldout_sums)
 
   def batch_spec(self, mesh: jax.sharding.Mesh, batch_size: int, seq_len: int,
-                 max_predictions: int, objective_kind: str | None = None) -> dict:
+                 max_predictions: int, objective: str | None = None) -> dict:
     """The abstract global batch of that shape the steps take (models/batch_schema.py): its
-    keys follow the data format and the objective (`objective_kind`: a phase's)."""
+    keys follow the data format and what the objective's masker makes (`objective`: a
+    phase's)."""
     s = self.settings
+    masker = self.objective(objective).masker
     spec = batch_schema.shapes(batch_size, seq_len, max_predictions,
                                pairs=formats.has_pair_labels(s.data.format),
                                span_boundaries=s.objective.span_boundary_weight > 0,
-                               diffusion=(objective_kind or s.objective.kind) == "diffusion")
+                               diffusion=masker == objectives.DIFFUSION_MASKER)
     if s.train.budget_hours:  # the share of the time budget spent (time_budget.py)
       spec[time_budget.KEY] = ((batch_size,), jnp.float32)
     sharded = sharding.batch_sharding(mesh)
@@ -124,11 +129,10 @@ class Assembly:
     return flops.train_flops_per_token(
         s.model, vocab_size, seq_len or s.data.seq_len,
         max_predictions or s.masking.max_predictions_per_seq,
-        s.objective.generator_fraction if s.objective.kind == "electra" else None)
+        self.objective().generator_fraction(s.objective))
 
   def attention_flops_per_token(self, seq_len: int) -> float:
     """models/flops.py's forward FLOPs per token of attention's scores and context alone."""
     s = self.settings
-    return flops.attention_flops_per_token(
-        s.model, seq_len, s.objective.generator_fraction if s.objective.kind == "electra"
-        else None)
+    return flops.attention_flops_per_token(s.model, seq_len,
+                                           self.objective().generator_fraction(s.objective))

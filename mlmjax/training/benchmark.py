@@ -25,7 +25,6 @@ from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import fit
 from mlmjax.training import metrics
-from mlmjax.training import steps as steps_lib
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
@@ -119,8 +118,8 @@ def _train_step(parts: assembly.Assembly, vocab_size: int, batch, timed_steps: i
       "peak_memory_bytes": stats.get("peak_bytes_in_use"),  # accelerators only
   }
   if eval_steps:
-    # The held-out step (steps.make_eval_step: forward, metric sums) on the same batch.
-    evaluate = steps_lib.make_eval_step(setup).lower(state["params"], batch).compile()
+    # The held-out step (assembly's eval_step: forward, metric sums) on the same batch.
+    evaluate = parts.eval_step(setup).lower(state["params"], batch).compile()
     times = _timed(lambda: evaluate(state["params"], batch), eval_steps)
     out.update({"eval_step_ms_median": 1e3 * statistics.median(times),
                 "eval_compiled_memory_bytes_per_device": fit.memory_bytes(evaluate)["total"]})

@@ -22,15 +22,15 @@ from mlmjax.errors import ConfigError
 from mlmjax.hf import importer
 from mlmjax.models import attention
 from mlmjax.models import bert as model_lib
-from mlmjax.models import electra
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
+from mlmjax.training import objectives
 from mlmjax.training import phases as phases_lib
 from mlmjax.data.settings import InputSettings
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
 from mlmjax.training.run_settings import RunSettings
-from mlmjax.training.settings import ObjectiveSettings, TrainSettings
+from mlmjax.training.settings import TrainSettings
 
 
 def checked(config, num_devices: int | None = None, num_processes: int | None = None,
@@ -64,28 +64,18 @@ def check_saved(settings: RunSettings, plan: phases_lib.Plan, platform: str | No
   _check_attention(settings.model, plan, platform)
   _check_mixture_phases(settings.data, plan)
   _check_phases(plan, settings.model, settings.data, settings.masking)
-  _check_objective(settings.objective, settings.model, settings.data, settings.masking, plan)
+  _check_objective(settings, plan)
 
 
-def _check_objective(objective: ObjectiveSettings, model: ModelSettings, data: InputSettings,
-                     m: masking.Settings, plan: phases_lib.Plan) -> None:
-  if any(p.objective == "diffusion" for p in plan.phases) and m.strategy != "random":
+def _check_objective(settings: RunSettings, plan: phases_lib.Plan) -> None:
+  m = settings.masking
+  if any(p.masker == objectives.DIFFUSION_MASKER for p in plan.phases) and (
+      m.strategy != "random"):
     raise ConfigError(f"the diffusion objective masks each token alone at its document's rate:"
                       f" it takes masking.strategy='random', not {m.strategy!r}")
-  if objective.kind == "electra":
-    own = sorted({p.objective for p in plan.phases} & {"clm", "diffusion"})
-    if own:
-      raise ConfigError(f"train.phases objective {own[0]!r} trains an encoder's own MLM head,"
-                        " which objective.kind='electra' does not have: use"
-                        " objective.kind='mlm'")
-    if formats.has_pair_labels(data.format) or objective.span_boundary_weight:
-      raise ConfigError(f"objective.kind='electra' trains no NSP/SOP or span-boundary head: use"
-                        f" a single-sequence data.format (not {data.format!r}) and"
-                        " objective.span_boundary_weight=0")
-    electra.generator_settings(model, objective.generator_fraction)
-  elif model.embedding_size not in (0, model.hidden_size):
-    raise ConfigError("model.embedding_size (a width shared by ELECTRA's two encoders) needs"
-                      " objective.kind='electra'")
+  objectives.get(settings.objective.kind).check(
+      settings, formats.has_pair_labels(settings.data.format),
+      tuple(p.objective for p in plan.phases))
 
 
 def _check_attention(model: ModelSettings, plan: phases_lib.Plan,

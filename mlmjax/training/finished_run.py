@@ -14,8 +14,10 @@ import numpy as np
 from mlmjax import errors
 from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.parallel import sharding
+from mlmjax.training import assembly
 from mlmjax.training import checkpoint as checkpoint_lib
 from mlmjax.training import config_check
+from mlmjax.training import objectives
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import train_state
 from mlmjax.training import workdir as workdir_lib
@@ -36,6 +38,16 @@ class FinishedRun:
   state: train_state.State  # {"step", "params", "opt_state"}
   setup: train_state.MeshSetup  # the mesh, shardings and graph it was restored onto
   plan: phases_lib.Plan  # its phases (train.phases parsed)
+
+  @property
+  def parts(self) -> assembly.Assembly:
+    """Its parts (training/assembly.py): the held-out step, the objectives."""
+    return assembly.Assembly(self.settings, self.plan)
+
+  @property
+  def hf_model_type(self) -> str | None:
+    """The transformers model type its objective exports as (hf/convert.py export_arch)."""
+    return self.parts.objective().hf_model_type
 
   @property
   def graphdef(self) -> nnx.GraphDef:
@@ -84,7 +96,7 @@ class FinishedRun:
   def check_causal(self) -> None:
     """A one-line error unless the checkpoint's phase trained the causal-LM objective."""
     objective = self.plan.at(max(self.step - 1, 0)).objective
-    if objective != "clm":
+    if not objectives.get(objective).scores_text:
       raise errors.UserError(f"the run's checkpoint of step {self.step} was trained on"
                              f" {objective}; scoring text needs a causal-LM run"
                              " (--config.objective.kind=clm)")

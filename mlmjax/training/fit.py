@@ -144,7 +144,7 @@ def step_memory(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Me
   shapes = sorted(parts.plan.shapes().values(), key=lambda s: -s[0] * s[1])
   for batch_size, seq_len, predictions, objective in shapes:
     batch = parts.batch_spec(mesh, batch_size, seq_len, predictions, objective)
-    step = parts.train_step(setup, objective_kind=objective)
+    step = parts.train_step(setup, objective=objective)
     start = time.perf_counter()
     try:
       compiled = step.lower(setup.abstract_state, batch).compile()

@@ -1,8 +1,8 @@
-"""MLM loss and metrics as (sum, count) pairs, so they add up over devices, hosts and batches."""
+"""Losses and metrics as (sum, count) pairs, so they add up over devices, hosts and batches: the
+parts each objective (objectives/) and fine-tuning kind composes its loss of."""
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import jax
@@ -16,14 +16,6 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """-log softmax(logits)[label] in float32, shaped like `labels`."""
   logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
   return -jnp.take_along_axis(logp, labels[..., None], axis=-1)[..., 0]
-
-
-# The scalar sums a train/eval step returns; they add up over steps (see summarize).
-SUM_KEYS = ("mlm_loss_sum", "mlm_correct", "mlm_count", "nsp_loss_sum", "nsp_correct",
-            "nsp_count", "mask_token_correct", "mask_token_count", "sbo_loss_sum", "sbo_correct",
-            "rtd_loss_sum", "rtd_count", "rtd_correct", "rtd_replaced", "rtd_predicted",
-            "rtd_true_positive", "clm_loss_sum", "clm_correct", "clm_count",
-            "diffusion_bound_sum", "diffusion_token_count")
 
 
 def mlm_sums(logits_bpv: jax.Array, masked_ids_bp: jax.Array, masked_weights_bp: jax.Array,
@@ -99,54 +91,6 @@ def rtd_sums(logits_bt: jax.Array, labels_bt: jax.Array,
           "rtd_true_positive": jnp.sum(predicted * labels_bt * weights_bt)}
 
 
-def model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array],
-               with_shown_ids: bool = False) -> dict[str, jax.Array]:
-  """All loss/metric sums of a model's outputs on a batch (MLM, plus NSP/SOP if present)."""
-  shown_bp = None
-  if with_shown_ids:
-    shown_bp = jnp.take_along_axis(batch["input_ids"], batch["masked_positions"], axis=1)
-  sums = mlm_sums(outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"], shown_bp)
-  if "masked_rates" in batch:
-    sums.update(diffusion_bound_sum=diffusion_bound_sum(
-        outputs["mlm_logits"], batch["masked_ids"], batch["masked_weights"],
-        batch["masked_rates"]), diffusion_token_count=maskable_tokens(batch))
-  if "nsp_logits" in outputs:
-    sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
-  if "rtd_logits" in outputs:
-    sums.update(rtd_sums(outputs["rtd_logits"], outputs["rtd_labels"],
-                         (batch["segment_ids"] > 0).astype(jnp.float32)))
-  if "sbo_logits" in outputs:  # the same targets, predicted from the span's boundaries
-    sbo = mlm_sums(outputs["sbo_logits"], batch["masked_ids"], batch["masked_weights"])
-    sums.update(sbo_loss_sum=sbo["mlm_loss_sum"], sbo_correct=sbo["mlm_correct"])
-  return sums
-
-
-def chunked_model_sums(outputs: dict[str, jax.Array], batch: dict[str, jax.Array], chunk: int,
-                       per_token_loss: bool = False) -> dict[str, jax.Array]:
-  """model_sums (and per_token_sums with `per_token_loss`) of a model that gave its MLM head's
-  features at the slots (bert.py's masked_features, objective.logits_chunk): the decoder
-  applied `chunk` slots at a time (chunked_sums)."""
-  keys = [k for k in ("masked_ids", "masked_weights", "masked_rates") if k in batch]
-
-  def of_chunk(logits_bcv, slots):
-    ids, weights = slots["masked_ids"], slots["masked_weights"]
-    out = mlm_sums(logits_bcv, ids, weights)
-    if "masked_rates" in slots:
-      out["diffusion_bound_sum"] = diffusion_bound_sum(logits_bcv, ids, weights,
-                                                       slots["masked_rates"])
-    if per_token_loss:
-      out.update(per_token_sums(logits_bcv, ids, weights))
-    return out
-
-  sums = chunked_sums(outputs["mlm_features"], outputs["decoder"], outputs["decoder_bias"],
-                      {k: batch[k] for k in keys}, of_chunk, chunk)
-  if "masked_rates" in batch:
-    sums["diffusion_token_count"] = maskable_tokens(batch)
-  if "nsp_logits" in outputs:
-    sums.update(nsp_sums(outputs["nsp_logits"], batch["nsp_labels"]))
-  return sums
-
-
 def chunked_sums(features_bpd: jax.Array, decoder_vd: jax.Array, bias_v: jax.Array,
                  arrays: dict[str, jax.Array], sums_of: Callable, chunk: int
                  ) -> dict[str, jax.Array]:
@@ -174,66 +118,3 @@ def chunked_sums(features_bpd: jax.Array, decoder_vd: jax.Array, bias_v: jax.Arr
   zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
                        jax.eval_shape(one, jax.tree.map(lambda x: x[0], xs)))
   return jax.lax.scan(add, zeros, xs)[0]
-
-
-def total_loss(sums: dict[str, jax.Array], objective) -> jax.Array:
-  """Mean cross-entropy per masked token of the global batch (never divides by zero), or
-  under diffusion with objective.diffusion_loss 'inverse_rate' the bound per maskable token, plus
-  the mean NSP/SOP cross-entropy per row when the model has that head (BERT's sum), plus
-  `objective.span_boundary_weight` x the mean span-boundary cross-entropy (SpanBERT: 1), plus
-  `objective.discriminator_weight` x ELECTRA's mean replaced-token-detection loss per token.
-  The causal-LM objective's sums (causal_lm.py) make its mean next-token loss alone."""
-  if "clm_loss_sum" in sums:
-    return sums["clm_loss_sum"] / jnp.maximum(sums["clm_count"], 1.0)
-  mlm_count = jnp.maximum(sums["mlm_count"], 1.0)
-  loss = sums["mlm_loss_sum"] / mlm_count
-  if "diffusion_bound_sum" in sums and objective.diffusion_loss == "inverse_rate":
-    loss = sums["diffusion_bound_sum"] / jnp.maximum(sums["diffusion_token_count"], 1.0)
-  if "nsp_loss_sum" in sums:
-    loss = loss + sums["nsp_loss_sum"] / jnp.maximum(sums["nsp_count"], 1.0)
-  if "sbo_loss_sum" in sums:
-    loss = loss + objective.span_boundary_weight * sums["sbo_loss_sum"] / mlm_count
-  if "rtd_loss_sum" in sums:
-    loss = loss + objective.discriminator_weight * sums["rtd_loss_sum"] / jnp.maximum(
-        sums["rtd_count"], 1.0)
-  return loss
-
-
-def summarize(sums: dict[str, float]) -> dict[str, float]:
-  """Host-side: accumulated sums -> the metrics people read (loss, accuracy, perplexity). The
-  causal-LM objective's `loss` is its next-token loss (also `clm_loss`, with `clm_accuracy`);
-  the diffusion objective's is MLM's mean per target, its bound `diffusion_bound` (nats per
-  maskable token) and `bits_per_token`."""
-  if "clm_count" in sums:
-    count = max(float(sums["clm_count"]), 1.0)
-    loss = float(sums["clm_loss_sum"]) / count
-    return {"loss": loss, "clm_loss": loss, "clm_accuracy": float(sums["clm_correct"]) / count,
-            "perplexity": math.exp(min(loss, 69.0))}
-  count = max(float(sums["mlm_count"]), 1.0)
-  loss = float(sums["mlm_loss_sum"]) / count
-  out = {
-      "loss": loss,
-      "mlm_accuracy": float(sums["mlm_correct"]) / count,
-      "perplexity": math.exp(min(loss, 69.0)),  # capped near 1e30: no overflow
-  }
-  if "nsp_count" in sums:
-    nsp_count = max(float(sums["nsp_count"]), 1.0)
-    out["nsp_loss"] = float(sums["nsp_loss_sum"]) / nsp_count
-    out["nsp_accuracy"] = float(sums["nsp_correct"]) / nsp_count
-  if "rtd_count" in sums:
-    ratio = lambda a, b: float(sums[a]) / max(float(sums[b]), 1.0)
-    out.update(rtd_loss=ratio("rtd_loss_sum", "rtd_count"),
-               rtd_accuracy=ratio("rtd_correct", "rtd_count"),
-               rtd_precision=ratio("rtd_true_positive", "rtd_predicted"),
-               rtd_recall=ratio("rtd_true_positive", "rtd_replaced"),
-               rtd_replaced_fraction=ratio("rtd_replaced", "rtd_count"))
-  if "sbo_loss_sum" in sums:
-    out["sbo_loss"] = float(sums["sbo_loss_sum"]) / count
-    out["sbo_accuracy"] = float(sums["sbo_correct"]) / count
-  if "mask_token_count" in sums:
-    out["mask_token_accuracy"] = float(sums["mask_token_correct"]) / max(
-        float(sums["mask_token_count"]), 1.0)
-  if "diffusion_token_count" in sums:  # the bound per maskable token, in nats and in bits
-    bound = float(sums["diffusion_bound_sum"]) / max(float(sums["diffusion_token_count"]), 1.0)
-    out.update(diffusion_bound=bound, bits_per_token=bound / math.log(2.0))
-  return out

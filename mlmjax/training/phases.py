@@ -10,9 +10,9 @@ with an optional 4th item, a dict of what else the phase changes:
     mask_rate      the phase's own mask rate schedule, from mask_rate at its first step ...
     mask_rate_end  ... to mask_rate_end at its last (default: mask_rate, constant), shaped by
                    masking.mask_rate_schedule; phases without them follow the run-long one
-    objective      'clm' (next-token prediction, causal_lm.py), 'mlm' or 'diffusion'
-                   (data/masking/diffusion.py) (default: objective.kind): causal LM first,
-                   then MLM; MLM, then diffusion
+    objective      a registered objective that trains BERT's own model (objectives/: 'clm',
+                   next-token prediction; 'mlm'; 'diffusion') (default: objective.kind):
+                   causal LM first, then MLM; MLM, then diffusion
 
 Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model,
 the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
@@ -30,6 +30,7 @@ import dataclasses
 import numpy as np
 
 from mlmjax.data import masking
+from mlmjax.training import objectives
 from mlmjax.training.run_settings import RunSettings
 
 # Data seeds of successive phases are this far apart.
@@ -58,12 +59,12 @@ class Phase:
   def predictions(self) -> int:
     """The positions whose tokens a step predicts per row: the masked slots (MLM), or every
     position but the last (the causal-LM objective)."""
-    return predicted_positions(self.seq_len, self.max_predictions, self.objective)
+    return objectives.get(self.objective).predicted_positions(self.seq_len, self.max_predictions)
 
-
-def predicted_positions(seq_len: int, slots: int, objective: str) -> int:
-  """Phase.predictions of a step's shape and objective."""
-  return seq_len - 1 if objective == "clm" else slots
+  @property
+  def masker(self) -> str:
+    """What the host masker makes for its batches (objectives.MLM_MASKER, DIFFUSION_MASKER)."""
+    return objectives.get(self.objective).masker
 
 
 def options(entry) -> dict:
@@ -134,20 +135,16 @@ def plan(settings: RunSettings) -> Plan:
     own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
            if "mask_rate" in opts else None)
     objective = opts.get("objective", settings.objective.kind)
-    phases.append(Phase(i, start, end, seq_len, _slots(seq_len, slots, objective),
+    slots = objectives.get(objective).slots(seq_len, slots)
+    phases.append(Phase(i, start, end, seq_len, slots,
                         int(opts.get("batch_size", train.batch_size)),
                         float(opts.get("rope_base", settings.model.rope_base)),
                         settings.seed + _PHASE_SEED_STRIDE * i, own, objective))
   kind = settings.objective.kind
   whole_run = Phase(0, 0, train.steps, settings.data.seq_len,
-                    _slots(settings.data.seq_len, m.max_predictions_per_seq, kind),
+                    objectives.get(kind).slots(settings.data.seq_len, m.max_predictions_per_seq),
                     train.batch_size, settings.model.rope_base, settings.seed, objective=kind)
   return Plan(tuple(phases), rates, whole_run, _step_tokens(phases))
-
-
-def _slots(seq_len: int, slots: int, objective: str) -> int:
-  """A phase's prediction slots: a diffusion phase masks up to every token of a row."""
-  return seq_len if objective == "diffusion" else slots
 
 
 def _step_tokens(phases: list[Phase]) -> tuple[np.ndarray, np.ndarray]:
@@ -189,3 +186,4 @@ def _mask_rates(spec, m: masking.Settings, total: int) -> masking.RateSchedule |
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
+

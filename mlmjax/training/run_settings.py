@@ -23,6 +23,7 @@ from mlmjax.data.text.settings import TokenizerSettings
 from mlmjax.errors import ConfigError
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
+from mlmjax.training import objectives
 from mlmjax.training.settings import (EvalSettings, ObjectiveSettings, TrainSettings,
                                      WatchdogSettings)
 
@@ -42,6 +43,14 @@ class RunSettings:
   mesh: MeshSettings
   eval: EvalSettings
   watchdog: WatchdogSettings
+
+  def __post_init__(self):
+    # The objectives the sections name: registered ones (objectives/), which their own
+    # sections cannot check (the registry makes train steps, which read them).
+    objectives.get(self.objective.kind)
+    for entry in self.train.phases:
+      if len(entry) > 3 and "objective" in entry[3]:
+        objectives.for_phase(entry[3]["objective"])
 
   @classmethod
   def from_config(cls, config) -> "RunSettings":

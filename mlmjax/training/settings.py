@@ -21,9 +21,7 @@ SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
 # What the optional 4th item of a train.phases entry may set (training/phases.py).
 PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end", "objective")
-# The objectives a phase may switch between (training/causal_lm.py, data/masking/diffusion.py).
-PHASE_OBJECTIVES = ("mlm", "clm", "diffusion")
-# objective.diffusion_loss: the variational bound's weighting, or none (losses.total_loss).
+# objective.diffusion_loss: the variational bound's weighting, or none (objectives/diffusion.py).
 DIFFUSION_LOSSES = ("inverse_rate", "plain")
 
 
@@ -41,18 +39,17 @@ class ObjectiveSettings(typed_settings.Section):
   logits_chunk: int
 
   def __post_init__(self):
-    typed_settings.one_of("objective.kind", self.kind, ("mlm", "electra", "clm", "diffusion"))
+    # kind: a registered objective (objectives/), checked by RunSettings: the registry makes
+    # train steps, which read this module
     typed_settings.one_of("objective.diffusion_loss", self.diffusion_loss, DIFFUSION_LOSSES)
     if self.logits_chunk < 0:
       raise ConfigError(f"objective.logits_chunk={self.logits_chunk} must be >= 0 (0: all the"
                         " slots at once)")
-    if self.logits_chunk and (self.kind == "electra" or self.span_boundary_weight):
-      raise ConfigError("objective.logits_chunk decodes the MLM head's slots in chunks; ELECTRA"
-                        " and the span-boundary objective read whole logits: set it to 0")
+    if self.logits_chunk and self.span_boundary_weight:
+      raise ConfigError("objective.logits_chunk decodes the MLM head's slots in chunks; the"
+                        " span-boundary objective reads whole logits: set it to 0")
     if self.span_boundary_weight < 0:
       raise ConfigError("objective.span_boundary_weight must be >= 0")
-    if self.kind == "electra" and self.discriminator_weight <= 0:
-      raise ConfigError("objective.discriminator_weight must be > 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +156,7 @@ class TrainSettings(typed_settings.Section):
       for key in ("mask_rate", "mask_rate_end"):
         if key in opts:
           typed_settings.check_rate(f"train.phases {key}", opts[key])
-      if "objective" in opts:
-        typed_settings.one_of("train.phases objective", opts["objective"], PHASE_OBJECTIVES)
+      # objective: one a phase may switch to, checked by RunSettings (as objective.kind)
       if opts.get("batch_size", 1) < 1 or opts.get("rope_base", 1) <= 0:
         raise ConfigError(f"train.phases entry {tuple(entry)}: batch_size must be >= 1 and"
                           " rope_base > 0")

@@ -2,8 +2,8 @@
 
 A step is `(state, batch) -> (state, metrics)` on a `train_state.MeshSetup`; what it minimises is an
 `Objective`: the denominators of the loss over the whole global batch, the metric sums of a
-(micro-)batch, and the loss made from those sums. Pretraining's objective is the MLM (+ NSP,
-SBO, ELECTRA) loss of losses.py; fine-tuning's is its task kind's (finetuning/kind.py).
+(micro-)batch, and the loss made from those sums. Pretraining's objectives are registered parts
+(objectives/); fine-tuning's is its task kind's (finetuning/kind.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import jax.numpy as jnp
 import optax
 
 from mlmjax.parallel import sharding
-from mlmjax.training import causal_lm
-from mlmjax.training import losses
 from mlmjax.training import optimizer
 from mlmjax.training import time_budget
-from mlmjax.training.settings import ObjectiveSettings, TrainSettings
+from mlmjax.training.settings import TrainSettings
 from mlmjax.training.train_state import MeshSetup, State
 
 Sums = dict[str, jax.Array]
@@ -40,42 +38,6 @@ class Objective:
   prepare: Callable[[dict], dict] = lambda batch: batch
   # The model's method whose outputs `sums` reads (train_state.MeshSetup.forward).
   outputs: str = "__call__"
-
-
-def causal_lm_objective(per_token_loss: bool = False) -> Objective:
-  """Next-token prediction on the encoder (causal_lm.py)."""
-  return Objective(causal_lm.global_counts,
-                   lambda outputs, batch: causal_lm.sums(outputs, batch, per_token_loss),
-                   lambda s: losses.total_loss(s, None), causal_lm.prepare,
-                   "next_token_features")
-
-
-def pretraining_objective(objective_config: ObjectiveSettings,
-                          per_token_loss: bool = False) -> Objective:
-  """The pretraining loss (losses.total_loss). `per_token_loss` adds `token_loss_sum` /
-  `token_count` [V] to the sums (adaptive masking's feedback). With objective.logits_chunk the
-  model stops before its decoder and the loss decodes that many slots at a time."""
-  chunk = objective_config.logits_chunk
-
-  def global_counts(batch: dict) -> Sums:
-    counts = {"mlm_count": jnp.sum(batch["masked_weights"]),
-              "nsp_count": jnp.asarray(batch["input_ids"].shape[0], jnp.float32),  # a row's
-              "rtd_count": jnp.sum((batch["segment_ids"] > 0).astype(jnp.float32))}
-    if "masked_rates" in batch:  # the diffusion objective's
-      counts["diffusion_token_count"] = losses.maskable_tokens(batch)
-    return counts
-
-  def sums(outputs: dict, batch: dict) -> Sums:
-    if chunk:
-      return losses.chunked_model_sums(outputs, batch, chunk, per_token_loss)
-    out = losses.model_sums(outputs, batch)
-    if per_token_loss:
-      out.update(losses.per_token_sums(outputs["mlm_logits"], batch["masked_ids"],
-                                       batch["masked_weights"]))
-    return out
-
-  return Objective(global_counts, sums, lambda s: losses.total_loss(s, objective_config),
-                   outputs="masked_features" if chunk else "__call__")
 
 
 def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
@@ -170,17 +132,7 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
                  donate_argnums=0)
 
 
-def heldout_sums(outputs: dict, batch: dict) -> Sums:
-  """Pretraining's held-out metric sums, and a histogram of the targets (for the best constant
-  predictor's accuracy: the baseline)."""
-  sums = losses.model_sums(outputs, batch, with_shown_ids=True)
-  sums["target_histogram"] = jnp.zeros(outputs["mlm_logits"].shape[-1], jnp.float32).at[
-      batch["masked_ids"]].add(batch["masked_weights"])
-  return sums
-
-
-def make_eval_step(setup: MeshSetup,
-                   measure: Callable[[dict | jax.Array, dict], dict] = heldout_sums
+def make_eval_step(setup: MeshSetup, measure: Callable[[dict | jax.Array, dict], dict]
                    ) -> Callable[[dict, dict], dict]:
   """(params, batch) -> measure(outputs, batch), without dropout, on every process."""
 

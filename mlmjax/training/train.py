@@ -37,12 +37,11 @@ from mlmjax.training import fit
 from mlmjax.training import goodput
 from mlmjax.training import learning_curves
 from mlmjax.training import loop
-from mlmjax.training import losses
 from mlmjax.training import masking_feedback
+from mlmjax.training import objectives
 from mlmjax.training import metrics as metrics_lib
 from mlmjax.training import phases as phases_lib
 from mlmjax.training import profiling
-from mlmjax.training import steps
 from mlmjax.training import stragglers
 from mlmjax.training import time_budget
 from mlmjax.training import watchdog as watchdog_lib
@@ -59,20 +58,22 @@ class LoopState:
     self.interval: dict[str, float] = {}
     self.nonfinite = loop.NonFinitePolicy(train.nonfinite_policy, train.max_consecutive_skips)
 
-  def record(self, step: int, m: dict) -> bool:
-    """Adds a finished step's metrics; False if its update was skipped (non-finite)."""
+  def record(self, step: int, m: dict, objective: objectives.Objective) -> bool:
+    """Adds a finished step's metrics (its `objective`'s sums); False if its update was
+    skipped (non-finite)."""
     if not self.nonfinite.applied(step, m["nonfinite"]):
       return False
-    for k in losses.SUM_KEYS:
+    for k in objective.sum_keys:
       if k in m:
         self.interval[k] = self.interval.get(k, 0.0) + float(m[k])
     return True
 
-  def end_interval(self, m: dict) -> dict[str, float]:
-    """The interval's summary (then a new interval starts); empty if nothing was applied."""
+  def end_interval(self, m: dict, objective: objectives.Objective) -> dict[str, float]:
+    """The interval's summary by `objective` (then a new interval starts); empty if nothing
+    was applied."""
     if not self.interval:
       return {}
-    row = {**losses.summarize(self.interval), "learning_rate": float(m["learning_rate"]),
+    row = {**objective.summarize(self.interval), "learning_rate": float(m["learning_rate"]),
            "grad_norm": float(m["grad_norm"]), "skipped_steps": self.nonfinite.skipped}
     self.interval = {}
     return row
@@ -85,7 +86,8 @@ class LoopState:
     self.nonfinite.load(state)
 
 
-def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, shape: input_lib.Shape,
+def heldout_metrics(eval_step, objective: objectives.Objective, params,
+                    run_input: input_lib.RunInput, shape: input_lib.Shape,
                     mesh, batch_size: int | None = None,
                     interrupted: Callable[[], bool] = lambda: False,
                     diffusion_sample: int | None = None) -> dict[str, float] | None:
@@ -101,7 +103,7 @@ def heldout_metrics(eval_step, params, run_input: input_lib.RunInput, shape: inp
     for k, v in sums.items():
       totals[k] = totals.get(k, 0) + np.asarray(v, np.float64)
   histogram = totals.pop("target_histogram")
-  out = losses.summarize(totals)
+  out = objective.evaluation().summarize(totals)
   # Accuracy of always predicting the single most frequent held-out target: the bar to beat.
   out["constant_baseline_accuracy"] = float(histogram.max() / max(histogram.sum(), 1.0))
   return {f"eval/{k}": v for k, v in out.items()}
@@ -195,7 +197,7 @@ class _Trainer(loop.StepLoop):
       # Dropout keys are seeded by the run's seed (a phase's seed is its data's).
       self._steps_by_graph[rope_base, objective] = (
           self.parts.train_step(setup, self.feedback.per_token_loss, objective),
-          steps.make_eval_step(setup))
+          self.parts.eval_step(setup, objective))
     return self._steps_by_graph[rope_base, objective]
 
   def _restore(self):
@@ -264,14 +266,15 @@ class _Trainer(loop.StepLoop):
     m = jax.device_get(device_metrics)  # note: a host-device sync point (on the previous step)
     if step == self.start + 1:
       self.throughput.update(step)  # start timing after the first step: excludes compilation
-    self.feedback.after_step(step, m, applied=self.loop.record(step, m))
+    objective = self.parts.objective(self.plan.at(step - 1).objective)  # the step's phase's
+    self.feedback.after_step(step, m, applied=self.loop.record(step, m, objective))
     if self.budget and self.budget_spent_at is None and m[time_budget.KEY] >= 1.0:
       self.budget_spent_at = step
     train = self.settings.train
     last_step = step == train.steps or (self.budget_spent_at is not None
                                         and step > self.budget_spent_at)
     if step % train.log_every_steps == 0 or last_step:
-      row = self.loop.end_interval(m)
+      row = self.loop.end_interval(m, objective)
       row.update(self.stragglers.check(step))  # a collective: every process, every log step
       self.clock.write()
       if row:
@@ -291,7 +294,8 @@ class _Trainer(loop.StepLoop):
   def evaluate(self, step: int, state, interrupted: Callable[[], bool] = lambda: False) -> bool:
     # The held-out batches keep train.batch_size through a batch-size warmup: the same set.
     with self.budget.paused() if self.budget else contextlib.nullcontext():
-      out = heldout_metrics(self.eval_step, state["params"], self.input, self.phase, self.mesh,
+      out = heldout_metrics(self.eval_step, self.parts.objective(self.phase.objective),
+                            state["params"], self.input, self.phase, self.mesh,
                             self.settings.train.batch_size, interrupted)
     if out is None:
       return False

@@ -16,7 +16,7 @@ from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.models import electra
-from mlmjax.training import losses
+from mlmjax.training import objectives
 from mlmjax.training import train
 from mlmjax.training import workdir as workdir_lib
 from mlmjax.models.settings import ModelSettings
@@ -52,7 +52,7 @@ def test_generator_replaces_only_masked_slots_and_labels_mark_what_changed(micro
   np.testing.assert_array_equal(np.asarray(out["rtd_labels"]), (corrupted != original))
   assert 0 < out["rtd_labels"].sum() <= weights.sum()
   # The loss: the generator's mean MLM cross-entropy + 50 x the mean per-token binary one.
-  sums = jax.jit(losses.model_sums)(out, batch)
+  sums = jax.jit(objectives.get("electra").sums)(out, batch)
   logp = jax.nn.log_softmax(out["mlm_logits"], -1)
   mlm = -np.sum(np.take_along_axis(logp, batch["masked_ids"][..., None], -1)[..., 0] * weights)
   mlm /= weights.sum()
@@ -61,7 +61,8 @@ def test_generator_replaces_only_masked_slots_and_labels_mark_what_changed(micro
   bce = -(labels * np.log(1 / (1 + np.exp(-logits)))
           + (1 - labels) * np.log(1 - 1 / (1 + np.exp(-logits))))
   want = mlm + 50.0 * (bce * real).sum() / real.sum()
-  np.testing.assert_allclose(float(losses.total_loss(sums, c.objective)), want, rtol=1e-5)
+  np.testing.assert_allclose(float(objectives.get("electra").loss(sums, c.objective)), want,
+                             rtol=1e-5)
   # The discriminator encodes the clean input for fine-tuning and export.
   assert nnx.eval_shape(lambda m, b: m.encode(b), model, batch).shape == (
       4, 32, c.model.hidden_size)

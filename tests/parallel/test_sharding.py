@@ -136,9 +136,10 @@ def test_eval_step_on_a_sharded_mesh_matches_one_device():
   for devices in (jax.devices()[:1], jax.devices()):
     config.mesh.shape = (-1, 1, 1) if len(devices) == 1 else (2, 2, 2)
     mesh = sharding.make_mesh(config.mesh, devices)
-    setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
+    parts = assembly.Assembly.of(config)
+    setup = parts.setup(VOCAB, mesh)
     params = jax.device_put(init["params"], setup.state_shardings["params"])
-    out = steps.make_eval_step(setup)(params, sharding.to_device(batch, mesh))
+    out = parts.eval_step(setup)(params, sharding.to_device(batch, mesh))
     sums.append(jax.tree.map(np.asarray, out))
   assert sums[0]["mlm_count"] == 5 * 8 + 6 * 8
   for key in sums[0]:

@@ -87,12 +87,14 @@ def test_command_lines_of_reads_what_a_page_shows():
 def _as_checked(argv: list[str]) -> list[str]:
   """`argv` to check: a config file of the reader's own (not in this repository, not a preset)
   read as configs/base.py, which such files build on, so that its overrides are still
-  checked; then absl's --only_check_args."""
+  checked, and a --user_dir of the reader's own left out; then absl's --only_check_args."""
   out = []
   for word in argv:
-    if word.startswith("--config="):
+    if word.startswith(("--config=", "--user_dir=")):
       path = word.split("=", 1)[1].split(":")[0]
       if path.endswith(".py") and not os.path.exists(os.path.join(REPO, path)):
+        if word.startswith("--user_dir="):
+          continue
         word = "--config=configs/base.py"
     out.append(word)
   return out + ["--only_check_args"]

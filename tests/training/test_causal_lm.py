@@ -1,4 +1,4 @@
-"""The causal-LM objective on the encoder (training/causal_lm.py): the rows it restores, the
+"""The causal-LM objective on the encoder (training/objectives/clm.py): the rows it restores, the
 targets it predicts, a model that sees no future token, and CLM-then-MLM resuming exactly
 across the switch."""
 
@@ -12,7 +12,8 @@ from conftest import assert_resumes_exactly
 from mlmjax.errors import ConfigError
 from mlmjax.models import bert
 from mlmjax.models.settings import ModelSettings
-from mlmjax.training import causal_lm
+from mlmjax.training import objectives
+from mlmjax.training.objectives import clm as causal_lm
 from mlmjax.training import config_check
 from mlmjax.training import losses
 from mlmjax.training import metrics
@@ -67,11 +68,12 @@ def test_the_loss_is_the_mean_next_token_cross_entropy_whatever_the_chunk():
   logp = jax.nn.log_softmax(logits)
   want = -jnp.sum(jnp.take_along_axis(logp, targets[..., None], -1)[..., 0] * weights) / 19
   whole = losses.per_token_sums(logits, targets, weights)
-  loss = lambda o, chunk: losses.total_loss(causal_lm.sums(o, batch, chunk=chunk), None)
+  step = objectives.get("clm").step(None)
+  loss = lambda o, chunk: step.loss(causal_lm.sums(o, batch, chunk=chunk))
   grads = {}
   for chunk in (4, 5, 128):
     sums = causal_lm.sums(outputs, batch, per_token_loss=True, chunk=chunk)
-    assert float(losses.total_loss(sums, None)) == pytest.approx(float(want), rel=1e-6)
+    assert float(step.loss(sums)) == pytest.approx(float(want), rel=1e-6)
     np.testing.assert_allclose(sums["token_loss_sum"], whole["token_loss_sum"], rtol=1e-5)
     np.testing.assert_array_equal(sums["token_count"], whole["token_count"])
     assert float(sums["clm_count"]) == 19
@@ -79,7 +81,7 @@ def test_the_loss_is_the_mean_next_token_cross_entropy_whatever_the_chunk():
   for chunk in (4, 5):
     for key in outputs:
       np.testing.assert_allclose(grads[chunk][key], grads[128][key], rtol=1e-5, atol=1e-7)
-  summary = losses.summarize(jax.device_get(causal_lm.sums(outputs, batch)))
+  summary = objectives.get("clm").summarize(jax.device_get(causal_lm.sums(outputs, batch)))
   assert summary["clm_loss"] == summary["loss"] == pytest.approx(float(want), rel=1e-6)
   assert set(summary) == {"loss", "clm_loss", "clm_accuracy", "perplexity"}
 

@@ -23,7 +23,7 @@ from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import config_check
-from mlmjax.training import losses
+from mlmjax.training import objectives
 from mlmjax.training import metrics
 from mlmjax.training import phases
 from mlmjax.training import train
@@ -50,14 +50,15 @@ def _objective(loss):
 
 def test_the_bound_is_each_targets_cross_entropy_over_its_rate_per_maskable_token():
   logits = jnp.zeros((1, 3, V))  # every target's cross-entropy: log 16
-  sums = losses.model_sums({"mlm_logits": logits}, _batch())
+  diffusion = objectives.get("diffusion")
+  sums = diffusion.sums({"mlm_logits": logits}, _batch())
   # log 16 / 0.5 + log 16 / 0.25 over the 3 maskable tokens (two masked, one shown: 10).
   assert float(sums["diffusion_bound_sum"]) == pytest.approx(6 * math.log(V))
   assert float(sums["diffusion_token_count"]) == 3
-  assert float(losses.total_loss(sums, _objective("inverse_rate"))) == pytest.approx(
+  assert float(diffusion.loss(sums, _objective("inverse_rate"))) == pytest.approx(
       2 * math.log(V))
-  assert float(losses.total_loss(sums, _objective("plain"))) == pytest.approx(math.log(V))
-  read = losses.summarize({k: float(v) for k, v in sums.items()})
+  assert float(diffusion.loss(sums, _objective("plain"))) == pytest.approx(math.log(V))
+  read = diffusion.summarize({k: float(v) for k, v in sums.items()})
   assert read["diffusion_bound"] == pytest.approx(2 * math.log(V))
   assert read["bits_per_token"] == pytest.approx(2 * 4)  # 2 log 16 nats = 8 bits
 

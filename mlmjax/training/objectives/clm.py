@@ -16,13 +16,44 @@ held-out evaluation stays MLM at eval.mask_rate, so CLM, MLM and mixed runs comp
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
 from mlmjax.training import losses
+from mlmjax.training import steps
+from mlmjax.training.objectives import base
 
 # Positions whose logits the loss computes at once (see sums).
 CHUNK = 128
+
+
+@base.register
+class CausalLM(base.Objective):
+  """objective.kind='clm', or a phase's {"objective": "clm"}."""
+
+  name = "clm"
+  scores_text = True
+  sum_keys = ("clm_loss_sum", "clm_correct", "clm_count")
+
+  def predicted_positions(self, seq_len: int, slots: int) -> int:
+    return seq_len - 1  # every position but the last
+
+  def step(self, objective, per_token_loss: bool = False) -> steps.Objective:
+    """The mean next-token loss; the model's `next_token_features` (bert.py)."""
+    del objective
+    return steps.Objective(global_counts, lambda outputs, batch: sums(outputs, batch,
+                                                                      per_token_loss),
+                           lambda s: s["clm_loss_sum"] / jnp.maximum(s["clm_count"], 1.0),
+                           prepare, "next_token_features")
+
+  def summarize(self, sums: dict[str, float]) -> dict[str, float]:
+    """`loss` is its next-token loss (also `clm_loss`), with `clm_accuracy`, `perplexity`."""
+    count = max(float(sums["clm_count"]), 1.0)
+    loss = float(sums["clm_loss_sum"]) / count
+    return {"loss": loss, "clm_loss": loss, "clm_accuracy": float(sums["clm_correct"]) / count,
+            "perplexity": math.exp(min(loss, 69.0))}
 
 
 def unmasked_ids(batch: dict) -> jax.Array:
