@@ -11,18 +11,15 @@ exposed: an asynchronous one (`-start` ... `-done`) runs beside the kernels the 
 scheduled between its start and its done, so only what outlasts them is added; a synchronous
 one is added whole.
 
-The bytes of a kernel are those of its results and operands, but where it only slices an
-operand (a scanned stack reading its layer's weights) it counts the slice, and where it updates
-a buffer in place it counts the update (XLA's own cost analysis does the same).
+A kernel's bytes are its results' and operands', but a slice where it slices an operand (a
+scanned stack's layer) and the update where it updates in place (as XLA's cost analysis).
 
 Classes (`CLASSES`):
-  matmul       kernels holding a dot or a convolution (cuBLAS, Triton GEMMs, TPU convolution
-               fusions)
+  matmul       kernels holding a dot or a convolution (cuBLAS, Triton GEMMs, TPU fusions)
   attention    the fused attention kernels (cuDNN, Pallas on Triton, Mosaic's splash): the HLO
                hides their FLOPs, so they get the model's attention FLOPs (models/flops.py), a
                third to the forward kernels and two thirds to the backward ones
-  elementwise  every other kernel: LayerNorm, GELU, dropout and its random bits, residuals,
-               reductions, the optimizer
+  elementwise  every other kernel: LayerNorm, GELU, dropout bits, residuals, the optimizer
   copies       copies and transposes: layout
   collectives  the exposed time of the collectives
 """

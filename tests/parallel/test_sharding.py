@@ -20,7 +20,6 @@ from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import checkpoint
 from mlmjax.training import config_check
-from mlmjax.training import steps
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)
 
