@@ -28,7 +28,7 @@ from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
 from mlmjax.models import sample_quality  # pylint: disable=wrong-import-position
-from mlmjax.models import unmasking  # pylint: disable=wrong-import-position
+from mlmjax.inference import unmasking  # pylint: disable=wrong-import-position
 from mlmjax.training import finished_run  # pylint: disable=wrong-import-position
 
 

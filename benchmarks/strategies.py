@@ -107,7 +107,7 @@ def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
   else:
     # Held-out accuracy at 15% with random masking whatever the arm trained with, so arms
     # compare. (Imported here: the command module defines absl flags the table does not need.)
-    from mlmjax import evaluate  # pylint: disable=g-import-not-at-top
+    from mlmjax.inference import evaluation as evaluate  # pylint: disable=g-import-not-at-top
     row["mlm_accuracy"] = round(evaluate.evaluate(workdir, strategy="random")["mlm_accuracy"], 4)
   for task in tasks:
     r = downstream.finetune(workdir, task, random_init, seed if random_init else 0)

@@ -178,7 +178,7 @@ plt.show()"""),
 sentencepiece piece; the top 5 and their probabilities are shown. A short run mostly
 predicts frequent tokens (`the , of and .`); it takes longer training to get content words."""),
     ("code", "predict", """\
-from mlmjax.predict import Predictor
+from mlmjax.inference.fill_mask import Predictor
 
 predictor = Predictor(WORKDIR)
 text = "In the beginning God created the [MASK] and the earth."

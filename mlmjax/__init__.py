@@ -18,6 +18,7 @@ Commands (`python -m mlmjax.NAME`), each a thin module of flags and one call:
 The library, imports running one way (a package never imports one above it; each package's
 docstring names its modules and, on its `Imports` line, what it may import:
 tests/project/test_layering.py holds every module to it):
+  inference/   using a finished run: fill-mask, held-out evaluation, unmasking, embeddings
   finetuning/  tasks of every kind, their heads and metrics, the fine-tuning run
   training/    the pretraining run assembled from its settings, the jitted steps, the shared
                loop, optimizer, checkpoints, run folder

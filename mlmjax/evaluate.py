@@ -15,7 +15,8 @@ With --bound_samples=K (by default 4 for a run whose last phase is masked diffus
 also masked diffusion's variational bound on the negative log-likelihood, per maskable token
 (`diffusion_bound` in nats, `bits_per_token`): the same held-out rows masked K times as the
 diffusion objective masks (a rate per document, data/masking/diffusion.py), averaged: a Monte
-Carlo estimate over the rate. Any run can be scored so, an MLM run's too.
+Carlo estimate over the rate. Any run can be scored so, an MLM run's too. The library:
+mlmjax/inference/evaluation.py.
 """
 
 from __future__ import annotations
@@ -25,16 +26,12 @@ plugins.hide()
 # pylint: disable=wrong-import-position,wrong-import-order
 
 import json
-import math
 
 from absl import flags
 
 from mlmjax import cli
-from mlmjax.data import run_input as input_lib
-from mlmjax.training import finished_run
+from mlmjax.inference.evaluation import evaluate
 from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _SOURCE = flags.DEFINE_string(
@@ -51,48 +48,6 @@ _STRATEGY = flags.DEFINE_string("strategy", None, "Masking strategy to score wit
 _BOUND_SAMPLES = flags.DEFINE_integer(
     "bound_samples", None, "Monte Carlo samples of the diffusion bound (default: 4 for a"
     " diffusion run, else 0: none).", lower_bound=0)
-
-
-def evaluate(path: str, source: str = "", step: int | None = None,
-             mask_rate: float | None = None, batches: int | None = None,
-             strategy: str | None = None, bound_samples: int | None = None) -> dict:
-  """The metrics of checkpoint `step` (default: the latest) of the run in `path`, masked at
-  `mask_rate` with `strategy` (default: the run's own), and the diffusion bound over
-  `bound_samples` draws (the module docstring)."""
-  run_dir = workdir_lib.Workdir(path)
-  run = finished_run.load(path, step, mesh="run")
-  settings = run.settings
-  if mask_rate is not None:
-    settings = settings.replace(eval={"mask_rate": mask_rate})  # its rules: a one-line error
-  if batches is not None:
-    settings = settings.replace(train={"eval_batches": batches})
-  if strategy is not None:
-    settings = settings.replace(masking={"strategy": strategy})
-  run_input = input_lib.held_out_input(
-      settings.data, settings.masking,
-      input_lib.HeldOut(settings.eval.mask_rate, settings.train.eval_batches),
-      settings.objective.span_boundary_weight > 0, run_dir.saved_tokenizer(), run_dir.vocab_stats,
-      source)
-  phase = run.plan.phases[-1]
-  objective = run.parts.objective(phase.objective)
-  eval_step = run.parts.eval_step(run.setup, phase.objective)
-  out = train.heldout_metrics(eval_step, objective, run.state["params"], run_input, phase,
-                              run.setup.mesh)
-  if bound_samples is None:
-    bound_samples = objective.bound_samples
-  if bound_samples:
-    bounds = [train.heldout_metrics(eval_step, objective, run.state["params"], run_input,
-                                    phase, run.setup.mesh,
-                                    diffusion_sample=k)["eval/diffusion_bound"]
-              for k in range(bound_samples)]
-    bound = sum(bounds) / len(bounds)
-    out.update({"eval/diffusion_bound": bound, "eval/bits_per_token": bound / math.log(2.0),
-                "eval/bound_samples": bound_samples})
-  return {"workdir": path, "step": run.step, "source": source or settings.data.source,
-          "documents": len(run_input.eval_source), "mask_rate": settings.eval.mask_rate,
-          "strategy": settings.masking.strategy,
-          "batches": settings.train.eval_batches,
-          **{k.removeprefix("eval/"): v for k, v in out.items()}}
 
 
 def main(argv):

@@ -57,9 +57,21 @@ class Assembly:
   def input(self, tokenizer_paths: dict[str, str], stats_path: str) -> run_input.RunInput:
     """The run's input (data/run_input.py) from the sections it reads."""
     s = self.settings
-    return run_input.build(s.data, s.tokenizer, s.masking,
-                           run_input.HeldOut(s.eval.mask_rate, s.train.eval_batches),
+    return run_input.build(s.data, s.tokenizer, s.masking, self._held_out(),
                            s.objective.span_boundary_weight > 0, tokenizer_paths, stats_path)
+
+  def held_out_input(self, tokenizer_path: str, stats_path: str,
+                     source: str = "") -> run_input.RunInput:
+    """A finished run's held-out input (its saved tokenizer and stats), or every document of
+    `source` when given: what `evaluate` scores (inference/evaluation.py)."""
+    s = self.settings
+    return run_input.held_out_input(s.data, s.masking, self._held_out(),
+                                    s.objective.span_boundary_weight > 0, tokenizer_path,
+                                    stats_path, source)
+
+  def _held_out(self) -> run_input.HeldOut:
+    s = self.settings
+    return run_input.HeldOut(s.eval.mask_rate, s.train.eval_batches)
 
   def objective(self, name: str | None = None) -> objectives.Objective:
     """The objective `name` (a phase's), by default the run's (objective.kind)."""

@@ -106,7 +106,7 @@ class FinishedRun:
     log-probabilities of its token given the tokens before it, the model attending causally
     (position 0's are zeros: nothing precedes it). A causal-LM run's (objective.kind='clm'):
     it scores text (models/sample_quality.py), and unmasking one position at a time left to
-    right (models/unmasking.py, block_length=1) samples from it."""
+    right (inference/unmasking.py, block_length=1) samples from it."""
     self.check_causal()
     log_probs = np.asarray(self._causal_log_probs(self.state["params"], _batch(ids)))
     return np.concatenate([np.zeros_like(log_probs[:, :1]), log_probs], axis=1)

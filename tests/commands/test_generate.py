@@ -1,5 +1,5 @@
-"""Generation from a masked-diffusion run (models/unmasking.py, python -m mlmjax.generate): no
-[MASK] left, the prompt and the given text of an infill unchanged, LLaDA's low-confidence rule
+"""Generation from a masked-diffusion run (inference/unmasking.py, python -m mlmjax.generate):
+no [MASK] left, the prompt and the given text of an infill unchanged, LLaDA's low-confidence rule
 checked against the model's own probabilities, blocks filled left to right in even shares,
 tokens sampled at the temperature, and the same text from the same seed. The tests of a trained
 model (30 steps) are slow; those of made-up logits are not."""
@@ -13,7 +13,7 @@ import command_lines
 from conftest import micro, user_env
 from mlmjax.errors import UserError
 from mlmjax.models import special_ids
-from mlmjax.models import unmasking
+from mlmjax.inference import unmasking
 from mlmjax.training import finished_run
 from mlmjax.training import train
 

@@ -5,7 +5,7 @@ import pytest
 from mlmjax.configs import tiny
 from conftest import train_on_one_device
 from mlmjax import errors
-from mlmjax import predict
+from mlmjax.inference import fill_mask as predict
 
 pytestmark = pytest.mark.slow  # every test uses a model trained for 500 steps
 

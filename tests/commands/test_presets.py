@@ -60,7 +60,8 @@ def test_a_path_or_an_unknown_name_stays_as_given(tmp_path, monkeypatch):
   assert presets.resolve("configs/bert.py:base") == "configs/bert.py:base"
   assert presets.resolve("nosuch:base") == "nosuch:base"
   mine = tmp_path / "tiny"  # a file of the user's that happens to share a preset's name
-  mine.write_text("from mlmjax.configs import tiny\n\ndef get_config():\n  return tiny.get_config()\n")
+  mine.write_text(
+      "from mlmjax.configs import tiny\n\ndef get_config():\n  return tiny.get_config()\n")
   monkeypatch.chdir(tmp_path)
   assert presets.resolve("tiny") == "tiny"
 

@@ -17,7 +17,7 @@ import pytest
 from mlmjax.configs import tiny
 import command_lines
 from conftest import REPO, assert_resumed, saved_state, train_on_one_device, user_env
-from mlmjax import embed
+from mlmjax.inference import embeddings as embed
 from mlmjax import errors
 from mlmjax.data import run_input as input_lib
 from mlmjax.data.text import tokenizer as tokenizer_lib

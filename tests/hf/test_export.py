@@ -13,7 +13,7 @@ import transformers
 
 from mlmjax.configs import tiny
 from conftest import REPO, base_shape, build_input, user_env
-from mlmjax import predict
+from mlmjax.inference import fill_mask as predict
 from mlmjax.data.text import sentences
 from mlmjax.hf import exporter
 from mlmjax.training import config_check

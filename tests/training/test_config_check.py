@@ -141,7 +141,8 @@ def test_other_rules(key, value, message):
 
 
 def test_every_preset_passes():
-  from mlmjax.configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from mlmjax.configs import bert, modernbert, mosaicbert, roberta, spanbert, wwm
   configs = [tiny.get_config(), spanbert.get_config(), wwm.get_config(),
              mosaicbert.get_config(), *(bert.get_config(s) for s in bert.SIZES),
              *(roberta.get_config(s) for s in ("base", "large")),

@@ -13,7 +13,8 @@ def test_sums_and_mask_token_accuracy():
   logits = jnp.zeros((1, 4, 10)).at[..., 7].set(5.0)
   ids = jnp.array([[7, 7, 8, 7]])
   weights = jnp.array([[1.0, 1.0, 1.0, 0.0]])
-  shown = jnp.array([[special_ids.MASK_ID, 7, special_ids.MASK_ID, special_ids.MASK_ID]])  # slot 1 was kept unchanged
+  # slot 1 was kept unchanged
+  shown = jnp.array([[special_ids.MASK_ID, 7, special_ids.MASK_ID, special_ids.MASK_ID]])
   sums = losses.mlm_sums(logits, ids, weights, shown)
   assert float(sums["mlm_count"]) == 3 and float(sums["mlm_correct"]) == 2
   assert float(sums["mask_token_count"]) == 2 and float(sums["mask_token_correct"]) == 1

@@ -13,7 +13,7 @@ from mlmjax.configs import base
 from mlmjax.configs import bert
 from conftest import REPO, latest_step, user_env
 from mlmjax import errors
-from mlmjax import predict
+from mlmjax.inference import fill_mask as predict
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
