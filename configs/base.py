@@ -16,6 +16,10 @@ def get_config() -> ml_collections.ConfigDict:
   # tokenizer, and model.* architecture keys from its config.json; the optimizer starts fresh.
   # '' trains from scratch. A resumed run continues from its own checkpoints. Needs [hf].
   config.init_from = ""
+  # A .py file or package folder of your own parts (an objective registered with
+  # mlmjax.training.objectives.register), imported before the run is assembled; config.json
+  # keeps it (absolute), so every command that reads the run imports it again. '' = none.
+  config.user_dir = ""
 
   config.data = ml_collections.ConfigDict()
   # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt

@@ -29,9 +29,9 @@ tests/project/test_layering.py holds every module to it):
   models/      the encoder, attention kernels, ELECTRA, FLOPs, special ids, parameter names
 cli.py runs every command (flags, one-line errors, --help) and presets.py resolves
 --config=NAME[:VARIANT] to configs/ (mlmjax/configs links to it); errors.py (one-line
-user errors), paths.py (every file a run reads or writes, local or in a bucket) and
-typed_settings.py (a config section as frozen typed settings) serve every layer and import
-nothing above them.
+user errors), paths.py (every file a run reads or writes, local or in a bucket),
+typed_settings.py (a config section as frozen typed settings) and user_code.py (your own code,
+--user_dir and a run's user_dir key) serve every layer and import nothing above them.
 
 Importing mlmjax (or any of its library modules) changes nothing outside it: jax's CUDA plugin
 and libtpu are hidden where they are not used (parallel/plugins.py) by whatever starts the

@@ -19,8 +19,8 @@ and so behaves like every other:
                        every flag of every module)
   --verbose            tracebacks instead of one-line errors
   --user_dir           a file or package of your own parts (a pretraining objective,
-                       training/objectives/), imported before the command runs, as fairseq's
-                       --user-dir: a run of your objective trains, evaluates and exports
+                       training/objectives/), imported before the command runs (user_code.py;
+                       a run's own `user_dir` key is imported by every command that reads it)
 A --config flag of a file (config_flags.DEFINE_config_file) also takes a preset's name
 (presets.py).
 
@@ -44,9 +44,6 @@ from __future__ import annotations
 import difflib
 import functools
 import gc
-import importlib
-import importlib.util
-import os
 import re
 import sys
 import textwrap
@@ -59,6 +56,7 @@ from ml_collections.config_flags import config_flags as config_flag_types
 
 from mlmjax import errors
 from mlmjax import presets
+from mlmjax import user_code
 from mlmjax.parallel import plugins
 
 _VERBOSE = flags.DEFINE_bool("verbose", False, "Tracebacks instead of one-line errors.")
@@ -99,7 +97,7 @@ def parse(argv: list[str], required: tuple[str, ...] = (), arguments: bool = Fal
       raise errors.CommandLineError(f"unexpected argument {rest[1]!r}: this command takes"
                                     " only flags (--help lists them)")
     if _USER_DIR.value:
-      import_user_dir(_USER_DIR.value)
+      user_code.load(_USER_DIR.value, f"--user_dir={_USER_DIR.value}")
     for name in required:
       if flags.FLAGS[name].value in (None, "", []):
         raise errors.CommandLineError(f"--{name} is required: {_one_line(flags.FLAGS[name].help)}")
@@ -112,35 +110,6 @@ def parse(argv: list[str], required: tuple[str, ...] = (), arguments: bool = Fal
       raise
     _fail(_describe(e), 2)
   return rest
-
-
-def import_user_dir(path: str) -> None:
-  """Imports `path`, a .py file (as the module of its name) or a package folder (its parent
-  on sys.path), for what it registers; a CommandLineError if it cannot be."""
-  where = f"--user_dir={path}"
-  folder = os.path.abspath(path.rstrip("/"))
-  if os.path.isfile(folder) and folder.endswith(".py"):
-    name = os.path.basename(folder)[:-3]
-    spec = importlib.util.spec_from_file_location(name, folder)
-  elif os.path.isfile(os.path.join(folder, "__init__.py")):
-    sys.path.insert(0, os.path.dirname(folder))
-    name, spec = os.path.basename(folder), None
-  else:
-    raise errors.CommandLineError(f"{where}: neither a .py file nor a folder with an"
-                                  " __init__.py")
-  if name in sys.modules:
-    return  # imported already (by the config file, say)
-  try:
-    if spec is None:
-      importlib.import_module(name)
-    else:
-      module = importlib.util.module_from_spec(spec)
-      sys.modules[name] = module
-      spec.loader.exec_module(module)
-  except Exception as e:  # pylint: disable=broad-except  # whatever the user's code does
-    sys.modules.pop(name, None)
-    raise errors.CommandLineError(f"{where}: cannot be imported: {type(e).__name__}: {e}"
-                                  ) from None
 
 
 def _run_main(main, argv: list[str]):

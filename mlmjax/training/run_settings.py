@@ -1,8 +1,8 @@
 """A pretraining run's settings: the config turned, once, into frozen typed sections.
 
     config (configs/*.py + --config.* flags, a ConfigDict) --RunSettings.from_config-->
-      RunSettings(seed, init_from, data, tokenizer, masking, model, objective, train, mesh, eval,
-                  watchdog)
+      RunSettings(seed, init_from, user_dir, data, tokenizer, masking, model, objective, train,
+                  mesh, eval, watchdog)
 
 Each section checks the rules of its own keys where it is made (its class); the rules across
 sections and those of the devices are config_check.py's (`checked` runs both). Only the
@@ -14,12 +14,14 @@ config.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import ml_collections
 
 from mlmjax.data.masking.settings import Settings as MaskingSettings
 from mlmjax.data.settings import InputSettings
 from mlmjax.data.text.settings import TokenizerSettings
+from mlmjax import user_code
 from mlmjax.errors import ConfigError
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
@@ -34,6 +36,7 @@ class RunSettings:
 
   seed: int
   init_from: str
+  user_dir: str  # your own code (mlmjax/user_code.py), imported before the sections are checked
   data: InputSettings
   tokenizer: TokenizerSettings
   masking: MaskingSettings
@@ -59,9 +62,13 @@ class RunSettings:
     if isinstance(config, RunSettings):
       return config
     values = {}
+    if config["user_dir"]:  # first: the sections may name what it registers
+      user_code.load(config["user_dir"], f"user_dir={config['user_dir']!r}")
     for field in dataclasses.fields(cls):
       kind = _SECTIONS.get(field.name)
       values[field.name] = kind.from_config(config[field.name]) if kind else config[field.name]
+    if values["user_dir"]:  # from any folder a later command runs in
+      values["user_dir"] = os.path.abspath(values["user_dir"])
     if not isinstance(values["seed"], int) or isinstance(values["seed"], bool):
       raise ConfigError(f"seed={values['seed']!r} must be a whole number")
     return cls(**values)
@@ -80,7 +87,7 @@ class RunSettings:
     the settings lack is a ConfigError."""
     values = {}
     for name, change in changes.items():
-      if name not in _SECTIONS and name not in ("seed", "init_from"):
+      if name not in _SECTIONS and name not in ("seed", "init_from", "user_dir"):
         raise ConfigError(f"{name}: no such config section or key")
       section = getattr(self, name)
       values[name] = section.replace(**change) if isinstance(change, dict) else change

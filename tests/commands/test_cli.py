@@ -91,10 +91,12 @@ def test_gpu_script_stops_where_there_is_no_gpu(tmp_path):
 
 def test_user_dir_imports_a_file_or_a_package_once_and_a_failure_is_one_line(tmp_path,
                                                                              monkeypatch):
-  """--user_dir (cli.import_user_dir): a .py file as the module of its name, a package folder
-  from its parent; imported once; what its code raises, one CommandLineError line."""
-  from mlmjax import cli  # pylint: disable=g-import-not-at-top
+  """--user_dir and a run's user_dir (user_code.load): a .py file as the module of its name, a
+  package folder from its parent; imported once (kept where its file is gone); what its code
+  raises, one ConfigError line."""
   from mlmjax import errors  # pylint: disable=g-import-not-at-top
+  from mlmjax import user_code  # pylint: disable=g-import-not-at-top
+  load = lambda path: user_code.load(path, f"--user_dir={path}")
   monkeypatch.setattr(sys, "path", list(sys.path))
   (tmp_path / "mine_file.py").write_text(
       "import sys\nsys.mine_imported = getattr(sys, 'mine_imported', 0) + 1\n")
@@ -102,13 +104,14 @@ def test_user_dir_imports_a_file_or_a_package_once_and_a_failure_is_one_line(tmp
   (tmp_path / "mine_pkg" / "__init__.py").write_text("VALUE = 3\n")
   (tmp_path / "broken.py").write_text("1 / 0\n")
   try:
-    cli.import_user_dir(str(tmp_path / "mine_file.py"))
-    cli.import_user_dir(str(tmp_path / "mine_file.py"))
+    load(str(tmp_path / "mine_file.py"))
+    load(str(tmp_path / "mine_file.py"))
+    load(str(tmp_path / "moved" / "mine_file.py"))  # gone, but imported already
     assert sys.mine_imported == 1 and sys.modules["mine_file"].__file__.endswith("mine_file.py")
-    cli.import_user_dir(str(tmp_path / "mine_pkg") + "/")
+    load(str(tmp_path / "mine_pkg") + "/")
     assert sys.modules["mine_pkg"].VALUE == 3
-    with pytest.raises(errors.CommandLineError) as e:
-      cli.import_user_dir(str(tmp_path / "broken.py"))
+    with pytest.raises(errors.ConfigError) as e:
+      load(str(tmp_path / "broken.py"))
     assert str(e.value) == (f"--user_dir={tmp_path / 'broken.py'}: cannot be imported:"
                             " ZeroDivisionError: division by zero")
     assert "broken" not in sys.modules

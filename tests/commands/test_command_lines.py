@@ -145,8 +145,8 @@ def _lines():
       ("main-batch-negative", ["mlmjax.main", *VALID["main"], "--config.train.batch_size=-4"], 2,
        "error: train.batch_size=-4 must be >= 1"),
       ("main-objective", ["mlmjax.main", *VALID["main"], "--config.objective.kind=gpt"], 2,
-       "error: objective.kind='gpt' is not one of clm, diffusion, electra, mlm (an objective of"
-       " your own registers when its module is imported: --user_dir=FILE)"),
+       "error: objective.kind='gpt' is not one of clm, diffusion, electra, mlm (one of your own:"
+       " its module in user_dir, or --user_dir=FILE)"),
       ("main-user-dir", ["mlmjax.main", *VALID["main"], "--user_dir=no/such.py"], 2,
        "error: --user_dir=no/such.py: neither a .py file nor a folder with an __init__.py"),
       ("evaluate-user-dir", ["mlmjax.evaluate", *VALID["evaluate"], "--user_dir=README.md"], 2,

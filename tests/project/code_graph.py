@@ -19,7 +19,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BASE = ("mlmjax.errors", "mlmjax.paths", "mlmjax.typed_settings")
+BASE = ("mlmjax.errors", "mlmjax.paths", "mlmjax.typed_settings", "mlmjax.user_code")
 
 
 @functools.cache

@@ -1,8 +1,9 @@
 """A pretraining objective of one's own, defined in this file alone (no library file edited):
-registered by name, trained through the same assembly as `python -m mlmjax.main`, resumed
-exactly, and evaluated by `python -m mlmjax.evaluate --user_dir=` this file
-(training/objectives/). This module is a user's module too, so it imports at its top only what
-one would: the tests' helpers are imported where they are used."""
+registered by name, trained through the same assembly as `python -m mlmjax.main` (its config's
+`user_dir` this file), resumed exactly, and evaluated by `python -m mlmjax.evaluate`, which
+imports this file again from the run's config.json (training/objectives/, mlmjax/user_code.py).
+This module is a user's module too, so it imports at its top only what one would: the tests'
+helpers are imported where they are used."""
 
 import json
 import os
@@ -66,8 +67,8 @@ def test_a_name_is_registered_once_and_an_unknown_one_is_refused(micro_config):
   with pytest.raises(ConfigError) as e:
     assembly.Assembly.of(micro_config)
   assert str(e.value) == ("objective.kind='mlm_nosuch' is not one of clm, diffusion, electra,"
-                          " mlm, mlm_zloss (an objective of your own registers when its"
-                          " module is imported: --user_dir=FILE)")  # this file's own among them
+                          " mlm, mlm_zloss (one of your own: its module in user_dir, or"
+                          " --user_dir=FILE)")  # this file's own among them
 
 
 @pytest.mark.slow  # three short runs and an evaluation
@@ -76,6 +77,7 @@ def test_it_trains_resumes_exactly_and_evaluates(tmp_path, micro_config, caplog)
   from conftest import REPO, assert_resumes_exactly, saved_state, user_env
   from mlmjax.training import train
   micro_config.objective.kind = "mlm_zloss"
+  micro_config.user_dir = __file__
   straight = str(tmp_path / "run")
   train.train_and_evaluate(micro_config, straight)  # 8 steps, held out at 4 and 8
   with open(os.path.join(straight, "metrics.jsonl"), encoding="utf-8") as f:
@@ -92,16 +94,13 @@ def test_it_trains_resumes_exactly_and_evaluates(tmp_path, micro_config, caplog)
   ours, theirs = saved_state(straight), saved_state(plain)
   assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(ours["params"]),
                                                       jax.tree.leaves(theirs["params"])))
-  # A command reads the run back with the objective registered from this file.
+  # A command in another process reads the run back: config.json names this file, which it
+  # imports before the objective is looked up.
+  with open(os.path.join(straight, "config.json"), encoding="utf-8") as f:
+    assert json.load(f)["user_dir"] == os.path.abspath(__file__)
   command = [sys.executable, "-m", "mlmjax.evaluate", f"--workdir={straight}", "--batches=1"]
-  refused = subprocess.run(command, cwd=REPO, env=user_env(), capture_output=True, text=True,
-                           timeout=300, check=False)
-  assert refused.returncode == 1
-  assert refused.stderr.strip().splitlines()[-1].endswith(
-      "config.json: objective.kind='mlm_zloss' is not one of clm, diffusion, electra, mlm (an"
-      " objective of your own registers when its module is imported: --user_dir=FILE)")
-  evaluated = subprocess.run(command + [f"--user_dir={__file__}"], cwd=REPO, env=user_env(),
-                             capture_output=True, text=True, timeout=300, check=False)
+  evaluated = subprocess.run(command, cwd=REPO, env=user_env(), capture_output=True, text=True,
+                             timeout=300, check=False)
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   out = json.loads(evaluated.stdout)
   assert out["step"] == 8 and out["z_loss"] > 0 and 0 <= out["mlm_accuracy"] <= 1

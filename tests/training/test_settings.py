@@ -93,8 +93,7 @@ def test_an_unregistered_objective_is_refused_by_the_run_settings():
     RunSettings.from_config(config)
   # those registered (in this process: a test's own too, tests/training/test_objective_plugin.py)
   assert str(e.value) == (f"objective.kind='gpt' is not one of {', '.join(objectives.names())}"
-                          " (an objective of your own registers when its module is imported:"
-                          " --user_dir=FILE)")
+                          " (one of your own: its module in user_dir, or --user_dir=FILE)")
   assert {"clm", "diffusion", "electra", "mlm"} <= set(objectives.names())
 
 

@@ -7,8 +7,8 @@
   clm.py        next-token prediction on the encoder (a phase's 'clm')
   diffusion.py  masked diffusion: MLM at a mask rate drawn per document, and its bound
 
-An objective of your own is a subclass registered from your own module, imported before the run
-starts (docs/training.md#an-objective-of-your-own):
+An objective of your own is a subclass registered from your own module, which the run's
+`user_dir` key names (mlmjax/user_code.py; docs/training.md#an-objective-of-your-own):
 
     from mlmjax.training import objectives
 

@@ -124,8 +124,8 @@ def _origin(cls: type) -> tuple[str, str]:
 def get(name: str, key: str = "objective.kind") -> Objective:
   """The registered objective `name`; a ConfigError naming `key` for an unknown one."""
   if name not in _REGISTRY:
-    raise ConfigError(f"{key}={name!r} is not one of {', '.join(names())} (an objective of"
-                      " your own registers when its module is imported: --user_dir=FILE)")
+    raise ConfigError(f"{key}={name!r} is not one of {', '.join(names())} (one of your own:"
+                      " its module in user_dir, or --user_dir=FILE)")
   return _REGISTRY[name]
 
 
