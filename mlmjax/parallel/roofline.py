@@ -397,4 +397,3 @@ def _share_attention(kernels: list[Kernel], attention_flops: float) -> None:
     runs = sum(k.runs for _, k in group)
     for i, k in group:
       kernels[i] = dataclasses.replace(k, flops=total / runs)
-

@@ -186,4 +186,3 @@ def _mask_rates(spec, m: masking.Settings, total: int) -> masking.RateSchedule |
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)
-

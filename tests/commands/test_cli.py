@@ -119,4 +119,3 @@ def test_user_dir_imports_a_file_or_a_package_once_and_a_failure_is_one_line(tmp
     for name in ("mine_file", "mine_pkg"):
       sys.modules.pop(name, None)
     del sys.mine_imported
-

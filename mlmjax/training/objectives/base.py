@@ -45,7 +45,7 @@ class Objective:
   # The scalar sums its train step returns: they add up over the steps of a log interval.
   sum_keys: ClassVar[tuple[str, ...]] = ()
   # mlmjax.evaluate's default Monte Carlo samples of the diffusion bound for a run that ends in
-  # this objective (evaluate.py).
+  # this objective (inference/evaluation.py).
   bound_samples: ClassVar[int] = 0
   # It predicts each token from those before it, so its model scores text
   # (finished_run.causal_log_probs).
