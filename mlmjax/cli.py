@@ -130,8 +130,11 @@ def _run_main(main, argv: list[str]):
 
 def _given_config() -> str | None:
   """The --config value of the command line, as given (a preset's name or a file)."""
-  given = [a.partition("=")[2] for a in sys.argv[1:] if a.startswith("--config=")]
-  return given[-1] if given else None
+  at = _given("config", sys.argv)
+  if not at:
+    return None
+  arg = sys.argv[at[-1]]  # --config=VALUE, or --config VALUE (parsed: VALUE follows)
+  return arg.split("=", 1)[1] if "=" in arg else sys.argv[at[-1] + 1]
 
 
 def _exit_on_error(check) -> None:
