@@ -36,5 +36,11 @@ typed_settings.py (a config section as frozen typed settings) and user_code.py (
 Importing mlmjax (or any of its library modules) changes nothing outside it: jax's CUDA plugin
 and libtpu are hidden where they are not used (parallel/plugins.py) by whatever starts the
 program, before it imports jax: each command at the top of its module (cli.py says why),
-tests/conftest.py, the scripts of .ci/ and benchmarks/, the notebook.
+tests/conftest.py, the scripts of .ci/ and benchmarks/, the notebook. Where the CUDA plugin is
+installed without a GPU, importing mlmjax loads its kernels (what `import jax` would) without the
+driver notice they print, so a script importing a library module prints nothing of CUDA.
 """
+
+from mlmjax.parallel import plugins as _plugins
+
+_plugins.load_cuda_kernels_quietly()

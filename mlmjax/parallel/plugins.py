@@ -20,8 +20,10 @@ nothing. A compile target undoes that with `loading` (parallel/targets.py), whic
 CUDA's driver notices, untrue of a compile, out of stderr. JAX_PLATFORMS naming the platform
 also keeps its plugin.
 
-`hide` must run before jax's first import (CUDA's kernels are looked up then; hidden later, the
-notice is already printed), and only where a program starts: importing mlmjax changes nothing.
+`hide` must run before jax's first import (CUDA's kernels are looked up then), and only where a
+program starts: importing mlmjax hides nothing. Importing mlmjax loads CUDA's kernels without
+their notice where the plugin is installed and no GPU is (`load_cuda_kernels_quietly`), so a
+script that imports mlmjax's library modules, hiding nothing, prints nothing of CUDA either.
 Each command calls it at the top of its module, before its other imports (mlmjax/cli.py says
 why there), cli.run again; tests/conftest.py, .ci/export_check.py, benchmarks/*.py and the
 Colab notebook call it themselves. A script of yours that wants the same:
@@ -37,7 +39,9 @@ from collections.abc import Callable
 import contextlib
 import dataclasses
 import glob
+import importlib
 import importlib.machinery
+import importlib.util
 import os
 import re
 import sys
@@ -141,6 +145,11 @@ def use(platform: str, why: str) -> None:
       del sys.modules[name]
 
 
+# The jaxlib modules that load the CUDA plugin's kernels when jax is imported, each printing the
+# notice below without a driver. Only these: jaxlib's others (gpu_rnn, gpu_triton) load jaxlib's
+# core, which, loaded before jax's own import, leaves the C++ INFO lines of every later device
+# lookup on stderr.
+_CUDA_KERNELS = ("jaxlib.gpu_solver", "jaxlib.gpu_prng", "jaxlib.gpu_linalg")
 # What the CUDA plugin's C++ code prints where no driver is, each line after absl's preamble.
 _CUDA_NOTICE = re.compile(
     rb"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
@@ -151,13 +160,37 @@ _CUDA_NOTICE = re.compile(
 @contextlib.contextmanager
 def loading(platform: str, why: str):
   """`use`; then, while jax loads CUDA inside on a machine without a GPU, stderr without the
-  plugin's notice that no driver is here (C++ writes it to file descriptor 2 directly: the
-  descriptor goes to a file meanwhile, and every other line goes back to stderr after)."""
+  plugin's notice that no driver is here."""
   quiet = platform == "cuda" and hidden(platform)
   use(platform, why)
-  if not quiet:
+  with _without_cuda_notice() if quiet else contextlib.nullcontext():
     yield
+
+
+def load_cuda_kernels_quietly() -> None:
+  """What `import jax` would load of an installed CUDA plugin on a machine without a GPU (its
+  kernels, through jaxlib.gpu_*), loaded now without the driver notice each of them prints, so
+  importing any mlmjax module prints nothing of CUDA (mlmjax/__init__.py calls this). Adds
+  modules only, hides none: `hide` still works after it, and where jax is already imported,
+  or the plugin is hidden, wanted or not installed, this does nothing."""
+  plugin = _PLUGINS["cuda"]
+  if "jax" in sys.modules or _wanted(plugin) or not any(map(_installed, plugin.modules)):
     return
+  with _without_cuda_notice():
+    for name in _CUDA_KERNELS:
+      if importlib.util.find_spec(name) is not None:
+        importlib.import_module(name)
+
+
+def _installed(name: str) -> bool:
+  return name not in sys.modules and importlib.util.find_spec(name) is not None
+
+
+@contextlib.contextmanager
+def _without_cuda_notice():
+  """stderr without the CUDA plugin's driver notice: C++ writes it to file descriptor 2
+  directly, so the descriptor goes to a file meanwhile, and every other line goes back to
+  stderr after."""
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as captured:

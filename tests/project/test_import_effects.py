@@ -4,6 +4,7 @@ parallel/plugins.py, cli.py), no jax.monitoring listener registered (a time budg
 its own when the first one is made: training/time_budget.py), and compile targets restore only
 the environment keys they set (parallel/targets.py)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -59,6 +60,24 @@ def test_importing_mlmjax_hides_no_plugin_and_registers_no_listener():
   assert out["hidden"] == [False, False]
   assert out["listeners_after_import"] == 0
   assert out["listeners_after_two_budgets"] == 1
+
+
+@pytest.mark.skipif(plugins.nvidia_gpu() or plugins.tpu_vm(),
+                    reason="their accelerator is here: nothing to hide")
+def test_importing_the_library_prints_nothing_of_cuda():
+  """Where [test] installs the CUDA plugin on a machine without a GPU, `import jax` prints its
+  driver notice three times; importing mlmjax's library modules (jax with them) prints nothing.
+  (Starting jax's devices is jax's: a program hides the plugin first, `hide` below.)"""
+  assert importlib.util.find_spec("jax_cuda12_plugin") is not None  # else this shows nothing
+  env = user_env()
+  env.pop("JAX_PLATFORMS", None)  # as in a user's shell
+
+  def stderr_of(code):
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=120, check=True).stderr
+
+  assert "Could not find cuda drivers" in stderr_of("import jax")  # what mlmjax keeps out
+  assert stderr_of("import mlmjax.training.steps, mlmjax.inference, jax") == ""
 
 
 @pytest.mark.skipif(plugins.nvidia_gpu() or plugins.tpu_vm(),
