@@ -27,7 +27,7 @@ import jax  # pylint: disable=wrong-import-position,wrong-import-order
 from mlmjax import cli  # pylint: disable=wrong-import-position
 from mlmjax.parallel import hlo  # pylint: disable=wrong-import-position
 from mlmjax.parallel import sharding  # pylint: disable=wrong-import-position
-from mlmjax.training import aot  # pylint: disable=wrong-import-position
+from mlmjax.training.planning import aot  # pylint: disable=wrong-import-position
 from mlmjax.training import assembly  # pylint: disable=wrong-import-position
 
 _CONFIG = cli.define_config_file()

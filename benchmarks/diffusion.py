@@ -36,7 +36,7 @@ plugins.hide()
 from mlmjax.configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.inference import evaluation as evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 import study_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -37,9 +37,9 @@ plugins.hide()
 from mlmjax.configs import diffusion  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.models import bert  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import aot  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.planning import aot  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import benchmark  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 GiB = 2**30
 

@@ -31,8 +31,8 @@ plugins.hide()
 from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong-import-position
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import workdir as workdir_lib  # pylint: disable=wrong-import-position
+from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.run import workdir as workdir_lib  # pylint: disable=wrong-import-position
 
 # Small-model settings shared by every task: the tiny model learns best at 1e-3 without
 # dropout (docs/experiments.md, "What pretraining bought").

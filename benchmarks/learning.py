@@ -51,10 +51,10 @@ from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-imp
 from mlmjax.finetuning import config as finetune_config  # pylint: disable=wrong-import-position
 from mlmjax.finetuning import tasks  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.finetuning import trainer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import phases  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.planning import phases  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import workdir as workdir_lib  # pylint: disable=wrong-import-position
+from mlmjax.training.run import workdir as workdir_lib  # pylint: disable=wrong-import-position
 
 
 # The 2025 recipes as options on any base arm, each scaled down to the tiny size and run.

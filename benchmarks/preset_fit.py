@@ -1,6 +1,6 @@
 """Which preset fits which slice: every preset's train step compiled for a small and a large slice
 of TPU v5e, v5p and v6e and for 8 x H100, with train.fit='auto' choosing micro-batches and
-rematerialisation (mlmjax/training/fit.py), from this machine (no accelerator needed).
+rematerialisation (mlmjax/training/planning/fit.py), from this machine (no accelerator needed).
 
   python benchmarks/preset_fit.py [--presets=bert:base,...] [--targets=v5p-8,...]
       [--results=benchmarks/preset_fit.jsonl] [--table=docs/preset_fit.md] [--fit=off]
@@ -86,7 +86,7 @@ def config_of(preset: str, target: targets_lib.Target, fit: str = "auto"):
 def row(preset: str, target_name: str, fit: str = "auto") -> dict:
   """One (preset, target): per phase shape, whether it fits and with what."""
   # jax's first import: after main() has loaded the plugins of GPU targets.
-  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.planning import aot  # pylint: disable=g-import-not-at-top
   target = targets_lib.get(target_name)
   config = config_of(preset, target, fit)
   t0 = time.perf_counter()
@@ -222,7 +222,7 @@ def main(argv: list[str]) -> None:
       if targets_lib.parse_tpu(args.targets) is None:
         targets_lib.get(args.targets)
       from absl import logging  # pylint: disable=g-import-not-at-top
-      from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+      from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top
       logging.set_verbosity(logging.INFO)
       metrics.quiet_library_logs()
       print(json.dumps(row(args.presets, args.targets, args.fit)), flush=True)

@@ -44,7 +44,7 @@ plugins.hide()
 import downstream  # pylint: disable=g-import-not-at-top,wrong-import-position
 import study_stats  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.configs import tiny  # pylint: disable=g-import-not-at-top,wrong-import-position
-from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
+from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top,wrong-import-position
 from mlmjax.training import train  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 ROWS = os.path.join(REPO, "benchmarks", "strategies.jsonl")

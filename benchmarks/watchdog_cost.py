@@ -28,10 +28,10 @@ from mlmjax.parallel import plugins  # pylint: disable=wrong-import-position
 plugins.hide()
 
 from mlmjax.configs import tiny  # pylint: disable=wrong-import-position
-from mlmjax.training import goodput  # pylint: disable=wrong-import-position
+from mlmjax.training.run import goodput  # pylint: disable=wrong-import-position
 from mlmjax.training import settings  # pylint: disable=wrong-import-position
 from mlmjax.training import train  # pylint: disable=wrong-import-position
-from mlmjax.training import watchdog  # pylint: disable=wrong-import-position
+from mlmjax.training.run import watchdog  # pylint: disable=wrong-import-position
 
 
 def bookkeeping_s(calls: int = 100_000) -> float:

@@ -279,7 +279,7 @@ def get_config() -> ml_collections.ConfigDict:
   # step and train.steps x the share of the budget spent, so warmup and decay follow the time,
   # and the run ends when it is spent (train.steps is then a cap), with a final evaluation and
   # checkpoint; compilation and evaluations are not counted, a resume goes on with what is
-  # left (mlmjax/training/time_budget.py). Not with train.phases. 0 = none.
+  # left (mlmjax/training/planning/time_budget.py). Not with train.phases. 0 = none.
   config.train.budget_hours = 0.0
   # Global batch size in rows, over all processes and devices.
   config.train.batch_size = 256
@@ -292,7 +292,7 @@ def get_config() -> ml_collections.ConfigDict:
   # devices (or mlmjax.compile's --target): the fewest micro-batches, then the least
   # recomputation ('none', 'dots_saveable', 'full'), whose compiled train step fits device
   # memory in every phase; on a TPU or GPU, of the fewest micro-batches that fit with each
-  # recomputation, the one whose step is predicted fastest (training/step_time.py).
+  # recomputation, the one whose step is predicted fastest (training/planning/step_time.py).
   # The candidates are compiled with the real compiler; the choice and why are logged and
   # kept in WORKDIR/fit.json, so a resume does not search again. The global batch, and so the
   # learning, stays. 'off': the two keys as given.
@@ -347,7 +347,7 @@ def get_config() -> ml_collections.ConfigDict:
   # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
   # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
   # with seq_len), mask_rate / mask_rate_end, objective ('clm', 'mlm' or 'diffusion': the
-  # phase's own objective.kind) (training/phases.py). Empty: one phase with data.seq_len and
+  # phase's own objective.kind) (training/planning/phases.py). Empty: one phase with data.seq_len and
   # masking.max_predictions_per_seq. State carries across a switch.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
@@ -393,7 +393,7 @@ def get_config() -> ml_collections.ConfigDict:
   # A process that stops making progress ends with its stacks, one `error:` line naming what
   # it was doing (and, with several processes, the peers it waits for) and exit status 75,
   # which launch/'s job files restart: the run resumes from its last checkpoint instead of
-  # hanging (training/watchdog.py; docs/goodput.md).
+  # hanging (training/run/watchdog.py; docs/goodput.md).
   config.watchdog = ml_collections.ConfigDict()
   config.watchdog.enabled = True
   # A step (or the wait for its input) may take this many times the median step time...

@@ -134,7 +134,7 @@ the result is bit-identical to an uninterrupted run."""),
 from absl import flags
 from absl import logging
 
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 from mlmjax.training import train
 
 flags.FLAGS.mark_as_parsed()  # no command line here: absl's flags keep their defaults

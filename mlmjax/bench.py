@@ -25,7 +25,7 @@ from ml_collections import config_flags
 
 from mlmjax import cli
 from mlmjax.training import benchmark
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 _CONFIG = cli.define_config_file()
 _STEPS = flags.DEFINE_integer("steps", 10, "Timed train steps (after 2 warm-up steps).")

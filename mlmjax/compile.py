@@ -36,8 +36,8 @@ def main(argv):
   # The target first, jax after: a GPU target needs jax's CUDA plugin, which jax loads when it
   # is imported and a machine without a GPU leaves out otherwise (parallel/plugins.py).
   target = targets.get(_TARGET.value)
-  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import metrics  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.planning import aot  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run import metrics  # pylint: disable=g-import-not-at-top
   metrics.quiet_library_logs()
   steps = aot.compile_steps(_CONFIG.value, target)
   for compiled in steps:

@@ -25,7 +25,7 @@ from mlmjax import cli
 from mlmjax import paths
 from mlmjax.finetuning import finished
 from mlmjax.inference.embeddings import check_kind, embed, read_texts
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 _MODEL = flags.DEFINE_string("model", None, "The fine-tuning run (its output folder).")
 _INPUT = flags.DEFINE_string("input", None, "Texts, one a line (or .jsonl objects).")

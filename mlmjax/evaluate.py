@@ -31,7 +31,7 @@ from absl import flags
 
 from mlmjax import cli
 from mlmjax.inference.evaluation import evaluate
-from mlmjax.training import metrics as metrics_lib
+from mlmjax.training.run import metrics as metrics_lib
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _SOURCE = flags.DEFINE_string(

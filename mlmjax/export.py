@@ -33,7 +33,7 @@ from mlmjax.hf import convert as hf_convert
 from mlmjax.hf import exporter
 from mlmjax.hf import heads
 from mlmjax.training import finished_run
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _OUT = flags.DEFINE_string("out", None, "The folder to write (must not exist, or be empty).")

@@ -33,8 +33,8 @@ from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.parallel import distributed
-from mlmjax.training import metrics
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import metrics
+from mlmjax.training.run import workdir as workdir_lib
 
 _CONFIG = cli.define_config_dict(
     "config", finetune_config.get_config(), "Fine-tuning settings: --config.KEY=VALUE overrides"

@@ -27,10 +27,10 @@ import time
 from absl import flags
 
 from mlmjax import cli
-from mlmjax.models import sample_quality
 from mlmjax.inference import unmasking
+from mlmjax.models import sample_quality
 from mlmjax.training import finished_run
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _STEP = flags.DEFINE_integer("step", None, "The checkpoint step to load (default: the latest).")

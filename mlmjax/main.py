@@ -20,9 +20,9 @@ import jax
 
 from mlmjax import cli
 from mlmjax.parallel import distributed
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
+from mlmjax.training.run import startup_watch
 from mlmjax.training import run_settings
-from mlmjax.training import startup_watch
 from mlmjax.training import train
 
 _CONFIG = cli.define_config_file()

@@ -1,4 +1,4 @@
-"""Draws the training curves of one or more runs, overlaid, into a PNG (training/learning_curves.py).
+"""Draws the training curves of one or more runs, overlaid, into a PNG (training/run/learning_curves.py).
 
   python -m mlmjax.plot --workdir=runs/a [runs/b ...] [--out=curves.png]
 
@@ -6,7 +6,7 @@ Panels: train and held-out loss, accuracy (and a fine-tuning run's dev metrics),
 tokens/s. One run's picture goes to WORKDIR/curves.png by default, several runs' to
 ./curves.png; the path written is printed.
 
-A pretraining run's goodput across its restarts (training/goodput.py) is printed too, one
+A pretraining run's goodput across its restarts (training/run/goodput.py) is printed too, one
 screen: the share of wall time that trained, and where the rest went; and drawn beside the
 curves (WORKDIR/goodput.png: each attempt on the run's timeline).
 """
@@ -22,9 +22,9 @@ from absl import flags
 
 from mlmjax import cli
 from mlmjax import errors
-from mlmjax.training import goodput
-from mlmjax.training import learning_curves
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import goodput
+from mlmjax.training.run import learning_curves
+from mlmjax.training.run import workdir as workdir_lib
 
 _WORKDIR = flags.DEFINE_multi_string(
     "workdir", None, "A run's workdir (pretraining or fine-tuning); more runs may follow as"

@@ -18,7 +18,7 @@ from absl import flags
 from mlmjax import cli
 from mlmjax import errors
 from mlmjax.inference.fill_mask import MASK_TEXT, Predictor
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A training run's workdir.")
 _TOP_K = flags.DEFINE_integer("top_k", 5, "How many fills to show per [MASK].")

@@ -26,7 +26,7 @@ import traceback
 from mlmjax import configs
 from mlmjax.errors import CommandLineError
 
-# The keys train.phases decide when it is set (training/phases.py): every phase names its own
+# The keys train.phases decide when it is set (training/planning/phases.py): every phase names its own
 # length and prediction slots, and these others where every phase's options name them.
 PHASE_KEYS = ("data.seq_len", "masking.max_predictions_per_seq")
 PHASE_OPTION_KEYS = {"batch_size": "train.batch_size", "rope_base": "model.rope_base",

@@ -24,10 +24,10 @@ from absl import flags
 from absl import logging
 
 from mlmjax import cli
-from mlmjax import errors
 from mlmjax.data.corpora import sources
 from mlmjax.data.text import tokenizer as tokenizer_lib
-from mlmjax.training import workdir as workdir_lib
+from mlmjax import errors
+from mlmjax.training.run import workdir as workdir_lib
 
 _OUTPUT = flags.DEFINE_string("output", None, "train: where to write the model.")
 _SOURCE = flags.DEFINE_string("source", "builtin", "train: the text (as config.data.source).")

@@ -27,11 +27,11 @@ LINE_TIMEOUT_S = 60  # a line's limit by default: parsing, or failing early (one
 # plugins.hide(), as each command calls it first (mlmjax/cli.py), which keeps the GPU plugin
 # from jax where there is no GPU (parallel/plugins.py).
 _LIBRARY = ("mlmjax", "jax", "flax.nnx", "orbax.checkpoint", "grain", "mlmjax.cli",
-            "mlmjax.training.train", "mlmjax.training.finished_run", "mlmjax.training.aot",
+            "mlmjax.training.train", "mlmjax.training.finished_run", "mlmjax.training.planning.aot",
             "mlmjax.training.benchmark", "mlmjax.training.masks_preview",
             "mlmjax.finetuning.trainer", "mlmjax.finetuning.tasks", "mlmjax.finetuning.finished",
             "mlmjax.hf.exporter", "mlmjax.hf.heads", "mlmjax.data.prepared.writer",
-            "mlmjax.training.learning_curves", "mlmjax.parallel.targets")
+            "mlmjax.training.run.learning_curves", "mlmjax.parallel.targets")
 
 
 @dataclasses.dataclass

@@ -272,8 +272,8 @@ def build_input(config, tokenizer_paths, stats_path):
 
 
 def base_shape(config):
-  """The config's run as one phase (training/phases.py's Plan.whole_run)."""
-  from mlmjax.training import phases  # pylint: disable=g-import-not-at-top
+  """The config's run as one phase (training/planning/phases.py's Plan.whole_run)."""
+  from mlmjax.training.planning import phases  # pylint: disable=g-import-not-at-top
   from mlmjax.training.run_settings import RunSettings  # pylint: disable=g-import-not-at-top
   return phases.plan(RunSettings.from_config(config)).whole_run
 
@@ -334,8 +334,8 @@ def assert_same_arrays(a, b, **tolerance):
 
 def latest_step(workdir):
   """The step of a run's newest complete checkpoint (None if there is none)."""
-  from mlmjax.training import checkpoint  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run import checkpoint  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   run = workdir_lib.Workdir(workdir)
   ckpt = checkpoint.Checkpointer(run.checkpoints, run.corrupt_checkpoints, 1)
   try:
@@ -367,9 +367,9 @@ class FakeClock:
 
 @pytest.fixture
 def lock_clock(monkeypatch):
-  """A FakeClock in place of the time module of training/workdir_lock.py (its heartbeat thread
+  """A FakeClock in place of the time module of training/run/workdir_lock.py (its heartbeat thread
   waits on an Event, in real time, untouched)."""
-  from mlmjax.training import workdir_lock  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run import workdir_lock  # pylint: disable=g-import-not-at-top
   clock = FakeClock()
   monkeypatch.setattr(workdir_lock, "time", clock)
   return clock

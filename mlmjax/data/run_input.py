@@ -45,7 +45,7 @@ class HeldOut:
 
 
 class Shape(Protocol):
-  """What a phase sets of its input (training/phases.py's Phase has these and more)."""
+  """What a phase sets of its input (training/planning/phases.py's Phase has these and more)."""
 
   index: int  # of the phase: a mixture's weights may differ per phase
   seq_len: int
@@ -89,7 +89,7 @@ class RunInput:
   def train_iter(self, shape: Shape, first_step: int = 0,
                  token_weights: Callable[[int], np.ndarray | None] | None = None,
                  mask_rates: masking.RateSchedule | None = None) -> pipeline.ShardedIterator:
-    """Training batches of `shape` (a phase: training/phases.py) whose first trains step
+    """Training batches of `shape` (a phase: training/planning/phases.py) whose first trains step
     first_step+1; masked at `mask_rates` by step (None: masking.mask_rate); a mixture
     (data.sources) with the phase's weights."""
     source = self.train_source

@@ -14,7 +14,7 @@ nothing reads them, so the weight decay that shrinks them changes nothing).
 Its loss is the cross-entropy of the class logits (classification) or the squared error of the
 predicted score (regression), averaged over the examples of the global batch whose weight is 1
 (dev batches are padded to full size with weight-0 rows, so every example counts once); the
-train step is pretraining's (training/steps.py). Multiple choice (multiple_choice.py) scores
+train step is pretraining's (training/core/steps.py). Multiple choice (multiple_choice.py) scores
 each option with this model and one output.
 """
 
@@ -28,7 +28,7 @@ from flax import nnx
 from mlmjax.finetuning import glue_metrics
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.models import layers
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 
 
 def pool(hidden_btd: jax.Array, segment_ids_bt: jax.Array, pooling: str) -> jax.Array:

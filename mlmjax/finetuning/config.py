@@ -63,7 +63,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Compiled programs kept on disk, so a resumed run (or the next task on the same encoder
   # and shapes) loads its steps instead of compiling them: '' = the cache the process already
   # has (JAX_COMPILATION_CACHE_DIR), else OUTPUT/compile_cache; a folder; 'off'. As
-  # pretraining's train.compilation_cache (mlmjax/training/compile_cache.py).
+  # pretraining's train.compilation_cache (mlmjax/training/run/compile_cache.py).
   config.train.compilation_cache = ""
 
   # Extractive question answering (SQuAD; question_answering.py), as BERT's run_squad.

@@ -22,7 +22,7 @@ from flax import nnx
 from mlmjax.finetuning import classification
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import multiple_choice
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 
 RECALL_AT = (1, 5, 10)
 

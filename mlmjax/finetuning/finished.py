@@ -29,10 +29,10 @@ from mlmjax.finetuning import trainer
 from mlmjax.finetuning.settings import FinetuneMesh, FinetuneSettings
 from mlmjax.hf import exporter
 from mlmjax.parallel import sharding
-from mlmjax.training import checkpoint as checkpoint_lib
+from mlmjax.training.core import train_state
 from mlmjax.training import objectives
-from mlmjax.training import train_state
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import checkpoint as checkpoint_lib
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
 
 

@@ -22,7 +22,7 @@ from flax import nnx
 
 from mlmjax.finetuning import records
 from mlmjax.models import special_ids
-from mlmjax.training import steps
+from mlmjax.training.core import steps
 
 
 @dataclasses.dataclass

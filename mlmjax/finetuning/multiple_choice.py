@@ -20,7 +20,7 @@ from flax import nnx
 from mlmjax.finetuning import classification
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import records
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 
 
 class ChoiceScorer(classification.SequenceClassifier):

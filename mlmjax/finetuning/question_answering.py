@@ -34,7 +34,7 @@ from mlmjax.finetuning import kind as kind_lib
 from mlmjax.finetuning import squad_metrics
 from mlmjax.models import layers
 from mlmjax.models import special_ids
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 
 
 class SpanExtractor(nnx.Module):

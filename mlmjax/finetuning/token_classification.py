@@ -24,7 +24,7 @@ from mlmjax.finetuning import entity_metrics
 from mlmjax.finetuning import kind as kind_lib
 from mlmjax.models import layers
 from mlmjax.models import special_ids
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 
 
 class TokenClassifier(nnx.Module):

@@ -6,8 +6,8 @@
     [checkpoint] -> results.json, curves.png
 
 It runs on pretraining's machinery: the mesh and the pretrained run's sharding rules
-(parallel/sharding.py), the sharded state and optimizer (training/train_state.py,
-optimizer.py), the train step (training/steps.py) and the step loop (training/loop.py: the
+(parallel/sharding.py), the sharded state and optimizer (training/core/train_state.py,
+optimizer.py), the train step (training/core/steps.py) and the step loop (training/run/loop.py: the
 same preemption path and non-finite policy), orbax checkpoints, the workdir lock and the
 metric writers, in its own output folder (a Workdir).
 The batch of step i is a pure function of (seed, i): a grain MapDataset of example indices,
@@ -27,23 +27,23 @@ import jax
 import numpy as np
 from flax import nnx
 
-from mlmjax import errors
 from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax import errors
 from mlmjax.finetuning.settings import FinetuneSettings
 from mlmjax.finetuning import tasks
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import checkpoint as checkpoint_lib
-from mlmjax.training import compile_cache
+from mlmjax.training.core import optimizer
+from mlmjax.training.core import steps
+from mlmjax.training.core import train_state
 from mlmjax.training import finished_run
-from mlmjax.training import learning_curves
-from mlmjax.training import loop
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import optimizer
-from mlmjax.training import steps
-from mlmjax.training import train_state
-from mlmjax.training import workdir as workdir_lib
-from mlmjax.training import workdir_lock
+from mlmjax.training.run import checkpoint as checkpoint_lib
+from mlmjax.training.run import compile_cache
+from mlmjax.training.run import learning_curves
+from mlmjax.training.run import loop
+from mlmjax.training.run import metrics as metrics_lib
+from mlmjax.training.run import workdir as workdir_lib
+from mlmjax.training.run import workdir_lock
 
 def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
              random_init: bool = False, pretrained_step: int | None = None) -> dict:

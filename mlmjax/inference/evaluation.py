@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from mlmjax.training import finished_run
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 
 def evaluate(path: str, source: str = "", step: int | None = None,

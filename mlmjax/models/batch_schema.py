@@ -1,6 +1,6 @@
 """The batch: every array the input hands the train and eval steps, with its shape and dtype,
 written once. data/rows/packing.py makes the row arrays, the masker (data/masking/masker.py) the
-prediction slots, `mlmjax.compile`'s abstract batch (training/aot.py) is `shapes(...)`, and
+prediction slots, `mlmjax.compile`'s abstract batch (training/planning/aot.py) is `shapes(...)`, and
 the models read these keys (`require` checks them where a model is called). It lives in
 models/, the bottom of the package, so that data/, training/ and the models all import it.
 

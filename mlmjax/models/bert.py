@@ -285,7 +285,7 @@ class BertForPretraining(nnx.Module, Embeddings, LayerStack):
                       ) -> dict[str, jax.Array]:
     """What __call__ gives, with the MLM head stopped before its decoder: `mlm_features`
     [B, P, D] at the masked positions, `decoder` [V, D] and `decoder_bias` [V], which the loss
-    applies a chunk of slots at a time (training/losses.py chunked_model_sums), so that
+    applies a chunk of slots at a time (training/core/losses.py chunked_model_sums), so that
     [B, P, V] logits never exist whole; `nsp_logits` with the pair head."""
     batch_schema.require(batch, ["masked_positions"])
     hidden_btd = self.encode(batch, dropout_key, constrain_layer)

@@ -4,7 +4,7 @@
 kernels must be told how their inputs are split over devices (XLA cannot partition a Mosaic or
 Triton call by itself). Both are properties of the mesh the step is compiled for: a TPU pod
 compiled from a CPU machine (mlmjax.compile) reads the pod's, not `jax.devices()`. So a model
-is given its `Target` when it is built (training/train_state.py makes it from the run's mesh)
+is given its `Target` when it is built (training/core/train_state.py makes it from the run's mesh)
 and hands it to the layers that ask; a model built without one (used alone, the tests' single
 device) runs on this machine's devices.
 """

@@ -22,17 +22,17 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from mlmjax.data import run_input
 from mlmjax.data.rows import formats
+from mlmjax.data import run_input
 from mlmjax.models import batch_schema
 from mlmjax.models import flops
 from mlmjax.parallel import sharding
+from mlmjax.training.core import optimizer
+from mlmjax.training.core import steps
+from mlmjax.training.core import train_state
 from mlmjax.training import objectives
-from mlmjax.training import optimizer
-from mlmjax.training import phases as phases_lib
-from mlmjax.training import steps
-from mlmjax.training import time_budget
-from mlmjax.training import train_state
+from mlmjax.training.planning import phases as phases_lib
+from mlmjax.training.planning import time_budget
 from mlmjax.training.run_settings import RunSettings
 
 

@@ -23,11 +23,11 @@ from mlmjax.models import flops
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import config_check
-from mlmjax.training import fit
-from mlmjax.training import metrics
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.planning import fit
+from mlmjax.training.run import metrics
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 
 def measure(config, timed_steps: int = 10, input_seconds: float = 3.0, loop_steps: int = 0,

@@ -14,21 +14,21 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from mlmjax import paths
-from mlmjax.data.rows import formats
-from mlmjax.data import masking
 from mlmjax.data.corpora import mixture
+from mlmjax.data import masking
+from mlmjax.data.rows import formats
+from mlmjax.data.settings import InputSettings
 from mlmjax.errors import ConfigError
 from mlmjax.hf import importer
 from mlmjax.models import attention
 from mlmjax.models import bert as model_lib
-from mlmjax.parallel import sharding
-from mlmjax.training import assembly
-from mlmjax.training import objectives
-from mlmjax.training import phases as phases_lib
-from mlmjax.data.settings import InputSettings
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
+from mlmjax.parallel import sharding
+from mlmjax import paths
+from mlmjax.training import assembly
+from mlmjax.training import objectives
+from mlmjax.training.planning import phases as phases_lib
 from mlmjax.training.run_settings import RunSettings
 from mlmjax.training.settings import TrainSettings
 
@@ -45,7 +45,7 @@ def checked(config, num_devices: int | None = None, num_processes: int | None = 
 def check(settings: RunSettings, plan: phases_lib.Plan, num_devices: int | None = None,
           num_processes: int | None = None, platform: str | None = None) -> None:
   """All rules across sections (`plan`: the run's phases); `num_devices`/`num_processes`/
-  `platform` default to this run's (jax's); a compile for another target (training/aot.py)
+  `platform` default to this run's (jax's); a compile for another target (training/planning/aot.py)
   passes the target's."""
   num_devices = jax.device_count() if num_devices is None else num_devices
   num_processes = jax.process_count() if num_processes is None else num_processes

@@ -11,18 +11,18 @@ import jax
 from flax import nnx
 import numpy as np
 
-from mlmjax import errors
 from mlmjax.data.text import tokenizer as tokenizer_lib
-from mlmjax.parallel import sharding
-from mlmjax.training import assembly
-from mlmjax.training import checkpoint as checkpoint_lib
-from mlmjax.training import config_check
-from mlmjax.training import objectives
-from mlmjax.training import phases as phases_lib
-from mlmjax.training import train_state
-from mlmjax.training import workdir as workdir_lib
+from mlmjax import errors
 from mlmjax.models import bert
 from mlmjax.models import special_ids
+from mlmjax.parallel import sharding
+from mlmjax.training import assembly
+from mlmjax.training import config_check
+from mlmjax.training.core import train_state
+from mlmjax.training import objectives
+from mlmjax.training.planning import phases as phases_lib
+from mlmjax.training.run import checkpoint as checkpoint_lib
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
 
 MASK_TEXT = "[MASK]"  # in a text given to predict or generate: one token to fill

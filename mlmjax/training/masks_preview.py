@@ -12,14 +12,14 @@ import dataclasses
 
 from absl import logging
 
-from mlmjax.data.text import annotation
 from mlmjax.data.corpora import mixture
-from mlmjax.data import pipeline
-from mlmjax.data.prepared import reader
 from mlmjax.data.masking import cooccurrence
 from mlmjax.data.masking import display
+from mlmjax.data import pipeline
+from mlmjax.data.prepared import reader
+from mlmjax.data.text import annotation
 from mlmjax.training import assembly
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import workdir as workdir_lib
 
 _NGRAM_DOCUMENTS = 1000  # documents counted for the n-gram share when the run counts none
 

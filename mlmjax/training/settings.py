@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlmjax import typed_settings
 from mlmjax.errors import ConfigError
-from mlmjax.training import profiling
+from mlmjax.training.run import profiling
+from mlmjax import typed_settings
 
 # The values of train.optimizer, train.schedule, ... (optimizer.py says what each does).
 OPTIMIZERS = ("adamw", "lamb", "muon")
@@ -19,7 +19,7 @@ SCHEDULES = ("linear", "cosine", "wsd")
 DROPOUT_RNGS = ("threefry2x32", "rbg", "unsafe_rbg")  # jax's PRNG implementations
 SCHEDULE_UNITS = ("steps", "tokens")
 DECAY_SHAPES = ("linear", "sqrt")
-# What the optional 4th item of a train.phases entry may set (training/phases.py).
+# What the optional 4th item of a train.phases entry may set (training/planning/phases.py).
 PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end", "objective")
 # objective.diffusion_loss: the variational bound's weighting, or none (objectives/diffusion.py).
 DIFFUSION_LOSSES = ("inverse_rate", "plain")
@@ -164,7 +164,7 @@ class TrainSettings(typed_settings.Section):
 
 @dataclasses.dataclass(frozen=True)
 class WatchdogSettings(typed_settings.Section):
-  """config.watchdog, typed (training/watchdog.py reads it)."""
+  """config.watchdog, typed (training/run/watchdog.py reads it)."""
 
   KEY = "watchdog"
 
@@ -189,7 +189,7 @@ class WatchdogSettings(typed_settings.Section):
 
 
 def check_nonfinite_policy(policy: str, max_consecutive_skips: int) -> None:
-  """Pretraining's and fine-tuning's (training/loop.py)."""
+  """Pretraining's and fine-tuning's (training/run/loop.py)."""
   typed_settings.one_of("train.nonfinite_policy", policy, ("skip", "stop"))
   if max_consecutive_skips < 0:
     raise ConfigError("train.max_consecutive_skips must be >= 0")

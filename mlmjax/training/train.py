@@ -30,25 +30,25 @@ from mlmjax.models import flops
 from mlmjax.parallel import distributed
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly as assembly_lib
-from mlmjax.training import checkpoint as checkpoint_lib
-from mlmjax.training import compile_cache
 from mlmjax.training import config_check
-from mlmjax.training import fit
-from mlmjax.training import goodput
-from mlmjax.training import learning_curves
-from mlmjax.training import loop
-from mlmjax.training import masking_feedback
 from mlmjax.training import objectives
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import phases as phases_lib
-from mlmjax.training import profiling
-from mlmjax.training import stragglers
-from mlmjax.training import time_budget
-from mlmjax.training import watchdog as watchdog_lib
+from mlmjax.training.planning import fit
+from mlmjax.training.planning import phases as phases_lib
+from mlmjax.training.planning import time_budget
+from mlmjax.training.run import checkpoint as checkpoint_lib
+from mlmjax.training.run import compile_cache
+from mlmjax.training.run import goodput
+from mlmjax.training.run import learning_curves
+from mlmjax.training.run import loop
+from mlmjax.training.run import masking_feedback
+from mlmjax.training.run import metrics as metrics_lib
+from mlmjax.training.run import profiling
+from mlmjax.training.run import stragglers
+from mlmjax.training.run import watchdog as watchdog_lib
+from mlmjax.training.run import workdir as workdir_lib
+from mlmjax.training.run import workdir_lock
 from mlmjax.training.run_settings import RunSettings
 from mlmjax.training.settings import TrainSettings
-from mlmjax.training import workdir as workdir_lib
-from mlmjax.training import workdir_lock
 
 
 class LoopState:

@@ -11,9 +11,9 @@ from mlmjax.data.text import vocab_stats
 from mlmjax.errors import ConfigError
 from mlmjax.models import special_ids
 from mlmjax.training import config_check
-from mlmjax.training import phases
-from mlmjax.training import train
+from mlmjax.training.planning import phases
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 VOCAB = 1000
 

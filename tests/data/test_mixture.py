@@ -11,8 +11,8 @@ from conftest import assert_resumes_exactly, base_shape, build_input, prepare
 from mlmjax.data.corpora import mixture
 from mlmjax.errors import ConfigError
 from mlmjax.training import config_check
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 
 def test_documents_come_in_the_proportions_asked_for():

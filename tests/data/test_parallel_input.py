@@ -12,7 +12,7 @@ from mlmjax.data import pipeline
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.errors import ConfigError
 from mlmjax.parallel import sharding
-from mlmjax.training import masking_feedback
+from mlmjax.training.run import masking_feedback
 
 from conftest import train_iter
 

@@ -17,14 +17,14 @@ from mlmjax.configs import tiny
 from conftest import (REPO, assert_resumed, assert_same_arrays, base_shape, build_input, prepare,
                       saved_state, train_iter, user_env)
 from masking_cases import NLP
-from mlmjax import errors
-from mlmjax.data.text import annotation
-from mlmjax.data.rows import formats
 from mlmjax.data import pipeline
 from mlmjax.data.prepared import reader
+from mlmjax.data.rows import formats
+from mlmjax.data.text import annotation
 from mlmjax.data.text import tokenizer as tok_lib
+from mlmjax import errors
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 NUM_FILES = 8
 

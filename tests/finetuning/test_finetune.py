@@ -17,10 +17,9 @@ import pytest
 from mlmjax.configs import tiny
 import command_lines
 from conftest import REPO, assert_resumed, saved_state, train_on_one_device, user_env
-from mlmjax.inference import embeddings as embed
-from mlmjax import errors
 from mlmjax.data import run_input as input_lib
 from mlmjax.data.text import tokenizer as tokenizer_lib
+from mlmjax import errors
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import embeddings
 from mlmjax.finetuning import finished
@@ -30,13 +29,14 @@ from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.hf import exporter
 from mlmjax.hf import heads
+from mlmjax.inference import embeddings as embed
 from mlmjax.models import param_names
 from mlmjax.models import special_ids
-from mlmjax.training import loop
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import phases
+from mlmjax.training.planning import phases
+from mlmjax.training.run import loop
+from mlmjax.training.run import metrics as metrics_lib
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 pytestmark = pytest.mark.slow  # every test starts from a pretrained run; commands as subprocesses
 

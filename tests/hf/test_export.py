@@ -13,14 +13,14 @@ import transformers
 
 from mlmjax.configs import tiny
 from conftest import REPO, base_shape, build_input, user_env
-from mlmjax.inference import fill_mask as predict
 from mlmjax.data.text import sentences
 from mlmjax.hf import exporter
+from mlmjax.inference import fill_mask as predict
 from mlmjax.training import config_check
 from mlmjax.training import finished_run
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 # pretrained runs, the export command, transformers (torch) loading them
 pytestmark = [pytest.mark.slow, pytest.mark.torch]

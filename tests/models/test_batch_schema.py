@@ -5,13 +5,13 @@ import jax
 import numpy as np
 import pytest
 
-from mlmjax.data.rows import formats
 from mlmjax.data import masking
+from mlmjax.data.rows import formats
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.models import batch_schema
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import phases
+from mlmjax.training.planning import phases
 from mlmjax.training.run_settings import RunSettings
 
 from conftest import eval_iter, train_iter

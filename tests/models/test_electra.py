@@ -16,10 +16,10 @@ from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.models import electra
-from mlmjax.training import objectives
-from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 from mlmjax.models.settings import ModelSettings
+from mlmjax.training import objectives
+from mlmjax.training.run import workdir as workdir_lib
+from mlmjax.training import train
 from synthetic_steps import synthetic_batches
 
 

@@ -1,4 +1,4 @@
-"""models/flops.py: the training FLOPs per token behind every MFU figure (training/metrics.py's
+"""models/flops.py: the training FLOPs per token behind every MFU figure (training/run/metrics.py's
 log, mlmjax.bench, mlmjax.compile's model FLOPs, docs/performance.md), checked against
 BERT-base counted by hand here with the standard definition.
 

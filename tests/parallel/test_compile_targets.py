@@ -1,5 +1,5 @@
 """Compiling for TPU slices and GPU nodes from this CPU machine (parallel/targets.py,
-training/aot.py, mlmjax.compile): the real steps, the TPU/GPU compilers, no accelerator.
+training/planning/aot.py, mlmjax.compile): the real steps, the TPU/GPU compilers, no accelerator.
 
 The CPU tests can run the Pallas kernels only in interpret mode on one device, where nothing
 is partitioned: only the target's compiler shows whether a kernel runs on a multi-device mesh
@@ -26,8 +26,8 @@ from mlmjax.parallel import hlo
 from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import assembly
-from mlmjax.training import aot
-from mlmjax.training import train_state
+from mlmjax.training.core import train_state
+from mlmjax.training.planning import aot
 
 def _config(**model):
   """tiny (2 of its layers: half the compile time) at a length the TPU kernel takes (multiples

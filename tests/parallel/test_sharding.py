@@ -13,13 +13,13 @@ from orbax.checkpoint._src.serialization import type_handler_registry
 import pytest
 
 from conftest import assert_same_arrays, train_iter
-from mlmjax import errors
 from mlmjax.data.text import tokenizer as tok_lib
+from mlmjax import errors
 from mlmjax.models import param_names
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import checkpoint
 from mlmjax.training import config_check
+from mlmjax.training.run import checkpoint
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)
 

@@ -2,8 +2,8 @@
 layering the package docstrings state.
 
 A package's docstring names each of its modules (`name.py`) and sub-packages (`name/`), and has
-a line starting `Imports` whose `pkg/` names, before any ';', are the packages its modules may
-import. A module may also import its own package and those below it, what its enclosing
+a paragraph starting `Imports` whose `pkg/` and `pkg/module.py` names, before any ';', are the
+packages and modules its modules may import. A module may also import its own package and those below it, what its enclosing
 packages may, and the modules every layer shares (BASE). The commands (mlmjax/*.py) may import
 anything.
 
@@ -84,9 +84,12 @@ def allowed_imports(package: str) -> set[str]:
   """The packages a module of `package` may import beyond its own and those below it."""
   out = set()
   while package != "mlmjax":
-    line = next((l for l in docstring(package).splitlines() if l.startswith("Imports")), "")
-    out.update("mlmjax." + p.replace("/", ".") for p in
-               re.findall(r"\b([a-z_]+(?:/[a-z_]+)*)/", line.split(";")[0]))
+    # the paragraph starting "Imports", up to its first ';'
+    found = re.search(r"^Imports.*?(?=\n\n|\Z)", docstring(package), re.M | re.S)
+    line = found.group(0).split(";")[0] if found else ""
+    names = (re.findall(r"\b([a-z_]+(?:/[a-z_]+)*)/(?!\w)", line) +  # packages: pkg/
+             re.findall(r"\b([a-z_]+(?:/[a-z_]+)+)\.py\b", line))  # modules: pkg/module.py
+    out.update("mlmjax." + p.replace("/", ".") for p in names)
     package = package.rpartition(".")[0]
   return out
 
@@ -187,10 +190,10 @@ def _calls(name: str) -> list[str]:
 
 
 def main() -> None:
-  steps = [m for m in reached("mlmjax.training.steps") if not is_package(m)]
+  steps = [m for m in reached("mlmjax.training.core.steps") if not is_package(m)]
   data = [m for m in modules() if _under(m, "mlmjax.data") and not is_package(m)]
   among = sum(len([t for t in imports(m) if _under(t, "mlmjax.data")]) for m in data)
-  print(f"modules importing mlmjax.training.steps loads: {len(steps)}, of data/:"
+  print(f"modules importing mlmjax.training.core.steps loads: {len(steps)}, of data/:"
         f" {len([m for m in steps if _under(m, 'mlmjax.data')])}")
   print(f"functions in training/ taking RunSettings:"
         f" {len(_functions_taking('RunSettings', 'mlmjax.training'))}, the assembled run:"

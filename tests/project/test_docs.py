@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # `configs/bert.py:large`, `launch/`, a glob such as `configs/*.py`.
 _TOP = r"(?:mlmjax|configs|launch|tests|benchmarks|docs)"
 # The library's sub-packages, named without `mlmjax/` where the context makes it clear
-# (`training/phases.py` in configs/base.py, `parallel/hlo.py` in docs/performance.md).
+# (`training/planning/phases.py` in configs/base.py, `parallel/hlo.py` in docs/performance.md).
 _PACKAGES = r"(?:data|training|models|parallel|hf|finetuning)"
 # Not preceded by a path character, so `x/mlmjax/y` and URLs are not read as ours.
 _START = r"(?<![\w./*-])"
@@ -67,10 +67,10 @@ def named_paths(text: str) -> set[str]:
 
 def test_named_paths_reads_what_text_names():
   text = ("See `mlmjax/data/corpora/sources.py`, configs/bert.py:large and launch/. Rules in "
-          "training/phases.py; not https://x.org/mlmjax/nothing.py nor runs/tiny/x.py; "
+          "training/planning/phases.py; not https://x.org/mlmjax/nothing.py nor runs/tiny/x.py; "
           "globs: configs/*.py")
   assert named_paths(text) == {"mlmjax/data/corpora/sources.py", "configs/bert.py", "launch/",
-                               "mlmjax/training/phases.py", "configs/*.py"}
+                               "mlmjax/training/planning/phases.py", "configs/*.py"}
   # Built from parts, so that this file does not name them itself.
   gone = [top + rest for top, rest in (("mlmjax", "/attention.py"), ("configs", "/*.txt"),
                                        ("docs", "/api/"))]

@@ -1,7 +1,7 @@
 """Importing mlmjax changes nothing outside it (issue 51): no sys.modules entry of another
 package replaced or hidden (jax's plugins are hidden only where a program starts:
 parallel/plugins.py, cli.py), no jax.monitoring listener registered (a time budget registers
-its own when the first one is made: training/time_budget.py), and compile targets restore only
+its own when the first one is made: training/planning/time_budget.py), and compile targets restore only
 the environment keys they set (parallel/targets.py)."""
 
 import importlib.util
@@ -22,9 +22,9 @@ _CHECK = """
 import json, sys
 before = dict(sys.modules)
 import mlmjax
-import mlmjax.training.time_budget as time_budget
-import mlmjax.parallel.targets
 from mlmjax.parallel import plugins
+import mlmjax.parallel.targets
+import mlmjax.training.planning.time_budget as time_budget
 import jax._src.monitoring as monitoring
 
 def mlmjax_listeners():
@@ -77,7 +77,7 @@ def test_importing_the_library_prints_nothing_of_cuda():
                           text=True, timeout=120, check=True).stderr
 
   assert "Could not find cuda drivers" in stderr_of("import jax")  # what mlmjax keeps out
-  assert stderr_of("import mlmjax.training.steps, mlmjax.inference, jax") == ""
+  assert stderr_of("import mlmjax.training.core.steps, mlmjax.inference, jax") == ""
 
 
 @pytest.mark.skipif(plugins.nvidia_gpu() or plugins.tpu_vm(),

@@ -25,12 +25,12 @@ def test_the_layering_test_catches_an_upward_import(tmp_path, monkeypatch):
   as is a circle through it."""
   modules = dict(code_graph.modules())
   bad = tmp_path / "bad.py"
-  bad.write_text("from mlmjax.training import steps\n")
+  bad.write_text("from mlmjax.training.core import steps\n")
   modules["mlmjax.models.bad"] = str(bad)
   monkeypatch.setattr(code_graph, "modules", lambda: modules)
   code_graph.imports.cache_clear()
   try:
-    assert ("mlmjax.models.bad", "mlmjax.training.steps") in code_graph.upward_imports()
+    assert ("mlmjax.models.bad", "mlmjax.training.core.steps") in code_graph.upward_imports()
     assert "mlmjax.models.bad" in code_graph.unlisted()
     bad.write_text("from mlmjax.models import bert\n")
     code_graph.imports.cache_clear()
@@ -51,7 +51,7 @@ def _data_modules_loaded_by(*modules: str) -> list[str]:
 
 
 def test_the_jitted_steps_and_the_finetuning_kinds_load_nothing_of_the_input_pipeline():
-  assert _data_modules_loaded_by("mlmjax.training.steps") == []
+  assert _data_modules_loaded_by("mlmjax.training.core.steps") == []
   kinds = ["classification", "token_classification", "question_answering", "multiple_choice",
            "embeddings"]
   assert _data_modules_loaded_by(*(f"mlmjax.finetuning.{k}" for k in kinds)) == []

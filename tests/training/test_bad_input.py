@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from conftest import latest_step, micro, saved_state
-from mlmjax import errors
 from mlmjax.data.text import tokenizer as tok_lib
-from mlmjax.training import checkpoint
+from mlmjax import errors
+from mlmjax.training.run import checkpoint
 from mlmjax.training import train
 
 pytestmark = pytest.mark.slow  # every test first trains a run, then must leave it unharmed

@@ -18,7 +18,7 @@ import storage_servers
 from conftest import REPO, assert_same_arrays, saved_state
 from shared_runs import TWO_PROCESS_OVERRIDES
 from mlmjax import paths
-from mlmjax.training import workdir_lock
+from mlmjax.training.run import workdir_lock
 
 pytestmark = pytest.mark.slow  # storage servers, and a two-process run killed and restarted
 

@@ -12,14 +12,14 @@ from conftest import assert_resumes_exactly
 from mlmjax.errors import ConfigError
 from mlmjax.models import bert
 from mlmjax.models.settings import ModelSettings
+from mlmjax.training import config_check
+from mlmjax.training.core import losses
 from mlmjax.training import objectives
 from mlmjax.training.objectives import clm as causal_lm
-from mlmjax.training import config_check
-from mlmjax.training import losses
-from mlmjax.training import metrics
-from mlmjax.training import phases
-from mlmjax.training import train
+from mlmjax.training.planning import phases
+from mlmjax.training.run import metrics
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 MASK = 4  # special_ids.MASK_ID
 

@@ -24,11 +24,11 @@ from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import config_check
 from mlmjax.training import objectives
-from mlmjax.training import metrics
-from mlmjax.training import phases
-from mlmjax.training import train
+from mlmjax.training.planning import phases
+from mlmjax.training.run import metrics
 from mlmjax.training.run_settings import RunSettings
 from mlmjax.training.settings import ObjectiveSettings
+from mlmjax.training import train
 
 V = 16
 

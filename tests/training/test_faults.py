@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from conftest import saved_state, train_iter
-from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.data.masking import masker as masker_lib
+from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import loop
+from mlmjax.training.run import loop
 from mlmjax.training import train
 
 

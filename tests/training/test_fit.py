@@ -1,4 +1,4 @@
-"""Automatic fit (training/fit.py): train.fit='auto' compiles candidates with the real compiler
+"""Automatic fit (training/planning/fit.py): train.fit='auto' compiles candidates with the real compiler
 and takes the fewest micro-batches, then the least recomputation, that fit the memory budget;
 a run logs the choice, keeps it in fit.json and resumes with it without searching again.
 
@@ -23,11 +23,11 @@ from mlmjax.configs import tiny
 from conftest import REPO
 from mlmjax import errors
 from mlmjax.parallel import sharding
-from mlmjax.training import config_check
-from mlmjax.training import fit
-from mlmjax.training import step_time
-from mlmjax.training import train
 from mlmjax.training import assembly
+from mlmjax.training import config_check
+from mlmjax.training.planning import fit
+from mlmjax.training.planning import step_time
+from mlmjax.training import train
 
 VOCAB = 512  # the session tokenizer's
 MiB = 1024**2
@@ -168,7 +168,7 @@ def test_the_compile_command_reports_the_fit_s_programs_without_compiling_them_a
   five candidates (`budget_gib`'s) are all that is compiled."""
   import jax  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.planning import aot  # pylint: disable=g-import-not-at-top
   compiles = []  # of train steps (the state's set-up compiles too, once a process)
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, _, fun_name="", **__: compiles.append(fun_name)
@@ -272,7 +272,7 @@ def test_the_compile_command_checks_every_phase_shape_and_each_step_run_there(to
   step, a slot a position)."""
   import jax  # pylint: disable=g-import-not-at-top
   from mlmjax.parallel import targets  # pylint: disable=g-import-not-at-top
-  from mlmjax.training import aot  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.planning import aot  # pylint: disable=g-import-not-at-top
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.masking.mask_rate = 0.15

@@ -1,4 +1,4 @@
-"""Goodput accounting (training/goodput.py) by hand, and the watchdog (training/watchdog.py) in
+"""Goodput accounting (training/run/goodput.py) by hand, and the watchdog (training/run/watchdog.py) in
 a real process: its limits, its stop (stacks, one error line, exit status 75)."""
 
 import json
@@ -11,10 +11,10 @@ import time
 import pytest
 
 from conftest import REPO
-from mlmjax.training import goodput
+from mlmjax.training.run import goodput
+from mlmjax.training.run import stragglers
+from mlmjax.training.run import watchdog
 from mlmjax.training import settings as settings_lib
-from mlmjax.training import stragglers
-from mlmjax.training import watchdog
 
 
 def _attempt(start, end, seconds, restored, last, marks, process=0):
@@ -111,7 +111,7 @@ def test_limits_follow_the_median_step_once_there_is_one(tmp_path):
 
 _STUCK_EVAL = """
 import sys, time
-from mlmjax.training import goodput, settings, watchdog
+from mlmjax.training import settings; from mlmjax.training.run import goodput, watchdog
 s = settings.WatchdogSettings(enabled=True, first_step_minutes=1, step_multiple=10,
     min_step_seconds=1, eval_minutes=0.02, save_minutes=1, startup_minutes=1,
     straggler_share=0.2)

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mlmjax.models import special_ids
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 from mlmjax.training import objectives
 
 

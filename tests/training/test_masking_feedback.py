@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from mlmjax.training import masking_feedback
+from mlmjax.training.run import masking_feedback
 
 
 def _metrics(loss, count):

@@ -9,7 +9,7 @@ import jax
 import pytest
 
 from conftest import REPO, user_env
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 
 def test_peak_device_memory_is_logged_where_the_runtime_reports_it(caplog):
@@ -31,7 +31,7 @@ def test_peak_device_memory_is_logged_where_the_runtime_reports_it(caplog):
 # (pass 1's environment; not .ci/newest_jax's), whether torch still imports.
 _WRITER = """
 import importlib.util, json, os, sys
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 folder = sys.argv[1]
 writer = metrics.MetricWriter(os.path.join(folder, "metrics.jsonl"), os.path.join(folder, "tb"))
 writer.write(1, {"loss": 2.5})

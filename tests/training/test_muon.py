@@ -8,7 +8,7 @@ import pytest
 
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import optimizer as optim
+from mlmjax.training.core import optimizer as optim
 from synthetic_steps import VOCAB, losses_of, small_config, synthetic_batches, train
 
 # Muon's quintic Newton-Schulz coefficients (Jordan et al., 2024), 5 iterations.

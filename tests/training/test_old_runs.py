@@ -13,15 +13,15 @@ from mlmjax.configs import base
 from mlmjax.configs import bert
 from conftest import REPO, latest_step, user_env
 from mlmjax import errors
-from mlmjax.inference import fill_mask as predict
 from mlmjax.finetuning import config as finetune_config
 from mlmjax.finetuning import tasks
 from mlmjax.finetuning import trainer
 from mlmjax.hf import exporter
+from mlmjax.inference import fill_mask as predict
 from mlmjax.training import finished_run
+from mlmjax.training.run import workdir as workdir_lib
 from mlmjax.training import saved_config
 from mlmjax.training import train
-from mlmjax.training import workdir as workdir_lib
 
 # A config.json as mlmjax wrote it on 2026-11-24 (commit 9dcaede: `python -m mlmjax.main
 # --config=configs/tiny.py --config.train.steps=2 --config.model.num_layers=1

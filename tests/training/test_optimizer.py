@@ -10,7 +10,7 @@ from mlmjax import errors
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
 from mlmjax.training import config_check
-from mlmjax.training import optimizer as optim
+from mlmjax.training.core import optimizer as optim
 from mlmjax.training.run_settings import RunSettings
 from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small_config,
                              synthetic_batches, train)

@@ -8,11 +8,11 @@ from conftest import assert_resumes_exactly
 from mlmjax.errors import ConfigError
 from mlmjax.models import layers
 from mlmjax.training import config_check
+from mlmjax.training.core import optimizer
 from mlmjax.training import finished_run
-from mlmjax.training import optimizer
-from mlmjax.training import phases
-from mlmjax.training import train
+from mlmjax.training.planning import phases
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from conftest import REPO, assert_same_arrays, latest_step, saved_state, user_env
-from mlmjax.training import metrics
+from mlmjax.training.run import metrics
 
 pytestmark = pytest.mark.slow  # training subprocesses, signalled and killed
 

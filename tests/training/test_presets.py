@@ -3,7 +3,7 @@
 import pytest
 
 from mlmjax.configs import bert, biphasic, modernbert, mosaicbert, roberta, spanbert, wwm
-from mlmjax.training import phases
+from mlmjax.training.planning import phases
 from mlmjax.training.run_settings import RunSettings
 
 BERT_SIZES = {"tiny": (2, 128, 2), "mini": (4, 256, 4), "small": (4, 512, 8),

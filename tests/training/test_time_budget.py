@@ -1,4 +1,4 @@
-"""train.budget_hours (training/time_budget.py): what counts as training time, the schedule
+"""train.budget_hours (training/planning/time_budget.py): what counts as training time, the schedule
 keyed to it, the run ending at its budget, and a resume going on with what is left."""
 
 import collections
@@ -13,11 +13,11 @@ import pytest
 
 from conftest import latest_step
 from mlmjax.errors import ConfigError
-from mlmjax.training import metrics
-from mlmjax.training import optimizer
-from mlmjax.training import time_budget
-from mlmjax.training import train
+from mlmjax.training.core import optimizer
+from mlmjax.training.planning import time_budget
+from mlmjax.training.run import metrics
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training import train
 
 
 class _Clock:

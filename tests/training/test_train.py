@@ -14,8 +14,8 @@ from conftest import assert_resumes_exactly, assert_same_arrays, train_iter, tra
 from mlmjax.data.text import tokenizer as tok_lib
 from mlmjax.parallel import sharding
 from mlmjax.training import assembly
-from mlmjax.training import checkpoint
-from mlmjax.training import metrics as metrics_lib
+from mlmjax.training.run import checkpoint
+from mlmjax.training.run import metrics as metrics_lib
 from mlmjax.training import train
 
 pytestmark = pytest.mark.slow  # every test trains and most resume
@@ -174,7 +174,7 @@ def test_tensorboard_gets_every_logged_scalar(tmp_path, micro_config):
 
 def test_the_compilation_cache_is_the_process_s_else_the_run_folder_s_and_is_restored(
     tmp_path):
-  from mlmjax.training import compile_cache  # pylint: disable=g-import-not-at-top
+  from mlmjax.training.run import compile_cache  # pylint: disable=g-import-not-at-top
   run_folder = str(tmp_path / "run" / "compile_cache")
   process_cache = jax.config.jax_compilation_cache_dir  # the tests' (conftest.py)
   assert compile_cache.folder("", run_folder) == process_cache

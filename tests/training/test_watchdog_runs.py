@@ -16,8 +16,8 @@ import psutil
 import pytest
 
 from conftest import REPO, assert_same_arrays, saved_state, user_env
-from mlmjax.training import goodput
-from mlmjax.training import watchdog
+from mlmjax.training.run import goodput
+from mlmjax.training.run import watchdog
 
 pytestmark = pytest.mark.slow  # training processes, stopped and restarted
 

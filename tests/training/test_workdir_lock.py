@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import REPO, user_env
-from mlmjax.training import workdir_lock
+from mlmjax.training.run import workdir_lock
 
 
 def _lock(tmp_path, **kw):

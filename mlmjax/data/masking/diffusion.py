@@ -4,7 +4,7 @@ drawn for every document, as MDLM (Sahoo et al., 2024) and LLaDA (Nie et al., 20
 Each document (each packed sequence of a row) draws t in [min_rate, 1]; each of its maskable
 tokens is then masked with probability t, on its own, and becomes [MASK] (the absorbing state:
 no random or kept tokens, whatever masking.mask_token_prob says). The loss divides each target's
-cross-entropy by its t for the variational bound (training/losses.py), so the masker hands t on
+cross-entropy by its t for the variational bound (training/core/losses.py), so the masker hands t on
 with every prediction slot.
 
   uniform          t = min_rate + (1 - min_rate) u, u uniform and independent per document.

@@ -1,7 +1,7 @@
 """The mask rate as a function of the training step: `masking.mask_rate_schedule`.
 
 A schedule is a few segments of steps, each going from one rate to another ('constant',
-'linear' or 'cosine'); training/phases.py makes them from the config (one segment over the
+'linear' or 'cosine'); training/planning/phases.py makes them from the config (one segment over the
 whole run, or one per phase that names its own rates). The rate of a step is a pure function
 of the step, so masks stay a pure function of (seed, step, example) and resume exactly.
 """

@@ -28,7 +28,7 @@ it when no remaining unit fits (BERT's whole-word rule).
               proportional to the weight, each next one among the rest (Efraimidis-Spirakis).
               alpha = 0 is exactly `random`.
   adaptive    like frequency, with per-token-id weights fed back from the training loss (see
-              training/masking_feedback.py); weight 0 = never selected; exactly `random`
+              training/run/masking_feedback.py); weight 0 = never selected; exactly `random`
               before the first table.
 
 Composites (masker.py): `mixture` (one base strategy per example) and `static` (BERT's fixed

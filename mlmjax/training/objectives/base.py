@@ -21,7 +21,7 @@ from mlmjax.models import bert
 
 if TYPE_CHECKING:
   from mlmjax.models.settings import ModelSettings
-  from mlmjax.training import steps
+  from mlmjax.training.core import steps
   from mlmjax.training.settings import ObjectiveSettings
 
 Sums = dict[str, jax.Array]
@@ -84,7 +84,7 @@ class Objective:
     return slots
 
   def step(self, objective: ObjectiveSettings, per_token_loss: bool = False) -> steps.Objective:
-    """What its train step minimises (training/steps.py's contract); `per_token_loss` adds the
+    """What its train step minimises (training/core/steps.py's contract); `per_token_loss` adds the
     per-vocabulary sums of adaptive masking's feedback."""
     raise NotImplementedError
 

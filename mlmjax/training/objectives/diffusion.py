@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 from mlmjax.training.objectives import base
 from mlmjax.training.objectives import mlm
 

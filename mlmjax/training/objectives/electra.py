@@ -13,7 +13,7 @@ from flax import nnx
 
 from mlmjax.errors import ConfigError
 from mlmjax.models import electra
-from mlmjax.training import losses
+from mlmjax.training.core import losses
 from mlmjax.training.objectives import base
 from mlmjax.training.objectives import mlm
 

@@ -15,8 +15,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-from mlmjax.training import losses
-from mlmjax.training import steps
+from mlmjax.training.core import losses
+from mlmjax.training.core import steps
 from mlmjax.training.objectives import base
 from mlmjax.training.settings import ObjectiveSettings
 

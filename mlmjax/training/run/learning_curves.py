@@ -15,8 +15,8 @@ import os
 
 from mlmjax import errors
 from mlmjax import paths
-from mlmjax.training import metrics as metrics_lib
-from mlmjax.training import workdir as workdir_lib
+from mlmjax.training.run import metrics as metrics_lib
+from mlmjax.training.run import workdir as workdir_lib
 
 # Panels: (title, y label, metric keys in drawing order; `eval/` keys are held-out metrics).
 PANELS = (

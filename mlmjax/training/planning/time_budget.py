@@ -30,7 +30,9 @@ import time
 import jax
 import numpy as np
 
-KEY = "budget_fraction"  # the batch entry and the metric
+from mlmjax.training.core import steps
+
+KEY = steps.BUDGET_SPENT  # the batch entry and the metric
 # jax.monitoring's durations of a compilation (tracing, lowering, XLA).
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",

@@ -17,7 +17,7 @@ import threading
 import time
 
 from mlmjax import paths
-from mlmjax.training import watchdog
+from mlmjax.training.run import watchdog
 
 
 class StartupWatch:

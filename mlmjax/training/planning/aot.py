@@ -24,7 +24,7 @@ Per step and shape:
   attention    the fused kernel found in the program (or [] for plain XLA attention)
   predicted    the step's time on the target, tokens/s and MFU, by class of kernel: a roofline
                of each kernel at the chip's published rates, calibrated on measured GPU steps
-               (training/step_time.py); time_to_train adds up the run's train steps
+               (training/planning/step_time.py); time_to_train adds up the run's train steps
 
 `cost_analysis()["optimal_seconds"]` is not reported: it came out negative for some programs.
 """
@@ -41,8 +41,8 @@ import jax
 import numpy as np
 
 from mlmjax.data import run_input
-from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.data.text.settings import TokenizerSettings
+from mlmjax.data.text import tokenizer as tokenizer_lib
 from mlmjax.errors import MissingDependencyError
 from mlmjax.errors import UserError
 from mlmjax.models import bert as model_lib
@@ -54,8 +54,8 @@ from mlmjax.parallel import sharding
 from mlmjax.parallel import targets
 from mlmjax.training import assembly
 from mlmjax.training import config_check
-from mlmjax.training import fit
-from mlmjax.training import step_time
+from mlmjax.training.planning import fit
+from mlmjax.training.planning import step_time
 
 GiB = 1024**3
 

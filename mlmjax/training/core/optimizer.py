@@ -35,7 +35,7 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
   return optax.linear_schedule(peak, end, steps)
 
 
-# (step, tokens seen after it) at every phase boundary (training/phases.py's Plan.step_tokens).
+# (step, tokens seen after it) at every phase boundary (training/planning/phases.py's Plan.step_tokens).
 StepTokens = tuple[np.ndarray, np.ndarray]
 
 

@@ -16,12 +16,15 @@ import jax.numpy as jnp
 import optax
 
 from mlmjax.parallel import sharding
-from mlmjax.training import optimizer
-from mlmjax.training import time_budget
+from mlmjax.training.core import optimizer
 from mlmjax.training.settings import TrainSettings
-from mlmjax.training.train_state import MeshSetup, State
+from mlmjax.training.core.train_state import MeshSetup, State
 
 Sums = dict[str, jax.Array]
+
+# A batch entry, [B]: the share of train.budget_hours spent (planning/time_budget.py fills it);
+# the schedule then follows the larger of the step and that share of train.steps.
+BUDGET_SPENT = "budget_fraction"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,11 +110,11 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
     # The global counts are already reduced over devices (the loss needed them first): report
     # those rather than reducing the same sums a second time.
     sums.update({c: counts[c] for c in counts if c in sums})
-    # The schedule follows the step, or the time budget (time_budget.py): the rate logged is
+    # The schedule follows the step, or the time budget (planning/time_budget.py): the rate logged is
     # the rate applied.
     position, spent = state["step"], None
-    if time_budget.KEY in batch:  # one value on every process (time_budget.py)
-      spent = jnp.min(batch[time_budget.KEY])
+    if BUDGET_SPENT in batch:  # one value on every process (planning/time_budget.py)
+      spent = jnp.min(batch[BUDGET_SPENT])
       position = jnp.maximum(position, spent * train_config.steps)
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"],
                                          step=position)
@@ -120,7 +123,7 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
                  "opt_state": opt_state}
     grad_norm = optax.global_norm(grads)
     if spent is not None:
-      sums[time_budget.KEY] = spent
+      sums[BUDGET_SPENT] = spent
     metrics = {**sums, "grad_norm": grad_norm, "learning_rate": schedule(position),
                # 1 when the optimizer skipped this update (NaN/Inf in loss or gradients).
                "nonfinite": 1.0 - jnp.isfinite(grad_norm).astype(jnp.float32)}

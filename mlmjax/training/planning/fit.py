@@ -39,11 +39,11 @@ from absl import logging
 import jax
 
 from mlmjax import errors
-from mlmjax import paths
 from mlmjax.parallel import sharding
+from mlmjax import paths
 from mlmjax.training import assembly
-from mlmjax.training import phases as phases_lib
-from mlmjax.training import step_time
+from mlmjax.training.planning import phases as phases_lib
+from mlmjax.training.planning import step_time
 from mlmjax.training.settings import TrainSettings
 
 REMATS = ("none", "dots_saveable", "full")  # least recomputation first

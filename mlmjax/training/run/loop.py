@@ -18,7 +18,7 @@ from typing import Callable
 from absl import logging
 
 from mlmjax import errors
-from mlmjax.training import profiling
+from mlmjax.training.run import profiling
 
 
 class NonFiniteError(errors.UserError):
@@ -171,7 +171,7 @@ class StepLoop:
 
   def _record(self, step: int, device_metrics) -> None:
     """record_step, its wait for the device counted apart from the loop's own time (what
-    tells a straggler: training/stragglers.py)."""
+    tells a straggler: training/run/stragglers.py)."""
     t = time.monotonic()
     self.record_step(step, device_metrics)
     if self.clock is not None:
