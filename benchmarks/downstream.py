@@ -36,7 +36,7 @@ from mlmjax.training.run import workdir as workdir_lib  # pylint: disable=wrong-
 
 # Small-model settings shared by every task: the tiny model learns best at 1e-3 without
 # dropout (docs/experiments.md, "What pretraining bought").
-_COMMON = {"train.learning_rate": 1e-3, "model.dropout_rate": 0.0,
+_COMMON = {"optimizer.learning_rate": 1e-3, "model.dropout_rate": 0.0,
            "model.attention_dropout_rate": 0.0, "data.seq_len": 64, "train.epochs": 1.0}
 SETTINGS = {
     "kjv_corrupted": {**_COMMON, "data.max_train_examples": 8192, "model.pooling": "mean"},

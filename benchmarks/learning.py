@@ -58,12 +58,19 @@ from mlmjax.training.run import workdir as workdir_lib  # pylint: disable=wrong-
 
 
 # The 2025 recipes as options on any base arm, each scaled down to the tiny size and run.
+def _batch_warmup(c) -> None:
+  c.optimizer.schedule_unit = "tokens"
+  c.train.phases = ((0.25, c.data.seq_len, c.masking.max_predictions_per_seq,
+                     {"batch_size": c.train.batch_size // 4}),
+                    (0.75, c.data.seq_len, c.masking.max_predictions_per_seq))
+
+
 OPTIONS = {
     # 30% -> 15% over the run (arXiv 2305.15096); the slots stay those of 30%.
     "mask_anneal": lambda c: c.masking.update(mask_rate=0.3, mask_rate_end=0.15,
                                               mask_rate_schedule="linear"),
     # Muon for the blocks' matrices, AdamW for the rest, at the arm's learning rate.
-    "muon": lambda c: c.train.update(optimizer="muon"),
+    "muon": lambda c: c.optimizer.update(kind="muon"),
     # ModernBERT's context extension: 3/4 of the steps at half length with rotary base 10k,
     # then the full length at 160k (the global layers' base).
     "context_extension": lambda c: c.train.update(phases=(
@@ -72,10 +79,7 @@ OPTIONS = {
         (0.25, c.data.seq_len, c.masking.max_predictions_per_seq, {"rope_base": 160_000.0}))),
     # mmBERT's batch-size warmup: a quarter of the batch for the first quarter of the steps,
     # the learning rate counted in tokens.
-    "batch_warmup": lambda c: c.train.update(schedule_unit="tokens", phases=(
-        (0.25, c.data.seq_len, c.masking.max_predictions_per_seq,
-         {"batch_size": c.train.batch_size // 4}),
-        (0.75, c.data.seq_len, c.masking.max_predictions_per_seq))),
+    "batch_warmup": _batch_warmup,
     # NeoBERT's and EuroBERT's replacement: every selected token becomes [MASK] (no 80/10/10).
     "all_mask": lambda c: c.masking.update(mask_token_prob=1.0, random_token_prob=0.0),
     # Causal LM for the first quarter of the steps, then MLM (configs/biphasic.py's split).
@@ -105,8 +109,8 @@ def _base_config(arm: str):
     config.model.update(norm_position="pre", mlp="geglu", intermediate_size=336, use_bias=False,
                         local_attention_window=32, global_attention_every=3,
                         rope_base=160_000.0, local_rope_base=10_000.0, layer_norm_eps=1e-5)
-    config.train.update(adam_b2=0.98, schedule="wsd", decay_shape="sqrt", decay_fraction=0.1,
-                        update_clip_rms=1.0)
+    config.optimizer.update(adam_b2=0.98, schedule="wsd", decay_shape="sqrt", decay_fraction=0.1,
+                            update_clip_rms=1.0)
   elif arm == "electra":
     config.objective.update(kind="electra", generator_fraction=0.25, discriminator_weight=50.0)
     config.model.embedding_size = 128
@@ -142,7 +146,8 @@ def finetune(workdir: str, examples: int) -> dict:
   """kjv_corrupted, as in docs/experiments.md: 8,192 examples, one epoch, mean pooling."""
   config = finetune_config.get_config()
   config.data.update(seq_len=64, max_train_examples=examples)
-  config.train.update(epochs=1.0, learning_rate=1e-3)
+  config.train.update(epochs=1.0)
+  config.optimizer.update(learning_rate=1e-3)
   config.model.update(pooling="mean", dropout_rate=0.0, attention_dropout_rate=0.0)
   return trainer.finetune(config, workdir, tasks.load("kjv_corrupted"),
                           os.path.join(workdir, "finetune", "kjv_corrupted"))
@@ -187,12 +192,12 @@ def _set_length(config, n: int, minutes: float) -> None:
   """A run of `n` steps; a short run keeps at most a tenth of them for warmup, the same for
   every arm. The time-budget arm gets `minutes` of training instead, with 10 n steps as a cap
   and its warmup scaled alike, so that warmup and decay take the same shares of its budget."""
-  warmup = min(config.train.warmup_steps, n // 10)
+  warmup = min(config.optimizer.warmup_steps, n // 10)
   scale = 10 if config.train.budget_hours else 1
   if scale > 1:
     config.train.budget_hours = minutes / 60
-  config.train.update(steps=scale * n, warmup_steps=scale * warmup,
-                      eval_every_steps=scale * n, checkpoint_every_steps=scale * n)
+  config.train.update(steps=scale * n, eval_every_steps=scale * n, checkpoint_every_steps=scale * n)
+  config.optimizer.update(warmup_steps=scale * warmup)
 
 
 def _done(path: str) -> list[dict]:

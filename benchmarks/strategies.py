@@ -95,8 +95,8 @@ def arm(strategy: str, seed: int, steps: int, data: str, out: str, tasks,
   pretrain_steps = 1 if random_init else steps
   config.masking.update(**STRATEGIES["random" if random_init else strategy])
   config.train.update(steps=pretrain_steps, eval_every_steps=pretrain_steps,
-                      checkpoint_every_steps=pretrain_steps,
-                      warmup_steps=min(config.train.warmup_steps, pretrain_steps // 10))
+                      checkpoint_every_steps=pretrain_steps)
+  config.optimizer.update(warmup_steps=min(config.optimizer.warmup_steps, pretrain_steps // 10))
   workdir = os.path.join(out, f"{strategy}.seed{seed}")
   start = time.perf_counter()
   train.train_and_evaluate(config, workdir)

@@ -22,15 +22,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.user_dir = ""
 
   config.data = ml_collections.ConfigDict()
-  # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt
-  # (documents separated by blank lines) and .jsonl (a "text" field per line) files, either
-  # also .gz/.zst compressed, .parquet files and `datasets` folders (save_to_disk), local or in
-  # a bucket (gs://bucket/*.jsonl.gz, s3://...); or
-  # 'tfds:NAME[:SPLIT[:FEATURE]]', a prepared array_record tfds dataset under $TFDS_DATA_DIR
-  # (e.g. 'tfds:wikipedia/20230601.en:train'); or 'prepared:DIR', a corpus tokenized once by
-  # `python -m mlmjax.prepare --source=... --out=DIR` (the fast way to feed accelerators; it
-  # brings its tokenizer and held-out split). See mlmjax/data/corpora/sources.py and
-  # mlmjax/data/prepared/reader.py.
+  # 'builtin' (King James Bible, offline); a path / glob / comma-separated list of .txt (blank
+  # lines between documents), .jsonl ("text" fields; both also .gz/.zst), .parquet files and
+  # `datasets` folders, local or in a bucket (gs://, s3://); 'tfds:NAME[:SPLIT[:FEATURE]]'
+  # (array_record under $TFDS_DATA_DIR); or 'prepared:DIR', tokenized once by `python -m
+  # mlmjax.prepare` with its tokenizer and held-out split, the fast way to feed accelerators
+  # (mlmjax/data/corpora/sources.py, mlmjax/data/prepared/reader.py).
   config.data.source = "builtin"
   # A weighted mixture instead of data.source: 'WEIGHT:SOURCE; WEIGHT:SOURCE; ...', each SOURCE
   # anything data.source takes (all raw text, or all prepared with one tokenizer), e.g.
@@ -93,10 +90,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Fraction of maskable (non-special) tokens chosen for prediction in each row (at the first
   # step, when mask_rate_schedule changes it).
   config.masking.mask_rate = 0.15
-  # How the rate moves over the run: 'constant' (mask_rate throughout), or 'linear' / 'cosine'
-  # from mask_rate at the first step to mask_rate_end at the last (30% -> 15%: arXiv 2305.15096).
-  # A train.phases entry may give its phase rates of its own (mmBERT: 30% -> 15% -> 5%). The
-  # prediction slots of a phase follow its highest rate; held-out metrics stay at eval.mask_rate.
+  # 'constant', or 'linear' / 'cosine' from mask_rate at the first step to mask_rate_end at the
+  # last (30% -> 15%: arXiv 2305.15096); train.phases may give rates per phase (mmBERT). A phase's
+  # slots follow its highest rate; held-out metrics stay at eval.mask_rate.
   config.masking.mask_rate_schedule = "constant"
   config.masking.mask_rate_end = 0.15
   # Of the chosen tokens: this fraction becomes [MASK], this one a random token; the rest stay.
@@ -112,10 +108,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.strategy = "random"
   # How the random-token replacements are drawn: 'uniform', or 'unigram' (corpus frequencies).
   config.masking.replacement = "uniform"
-  # The diffusion objective (objective.kind or a phase's 'diffusion') masks each document at a
-  # rate t of its own in [diffusion_min_rate, 1], each token alone and always by [MASK], in
-  # place of the keys above: 'low_discrepancy' (a batch's rates spread evenly over the range, as
-  # MDLM samples them) or 'uniform' (independent draws) (mlmjax/data/masking/diffusion.py).
+  # diffusion masks each document at its own rate in [diffusion_min_rate, 1], every token alone
+  # by [MASK]: rates 'low_discrepancy' (spread evenly over a batch, as MDLM) or 'uniform'
+  # (mlmjax/data/masking/diffusion.py).
   config.masking.diffusion_rates = "low_discrepancy"
   config.masking.diffusion_min_rate = 1e-3
   # span: span length in words ~ Geometric(span_p) truncated to 1..span_max_words (SpanBERT).
@@ -148,21 +143,17 @@ def get_config() -> ml_collections.ConfigDict:
       "NOUN=3,PROPN=3,VERB=2.5,ADJ=2,ADV=1.5,NUM=1.5,ADP=0.5,AUX=0.5,CCONJ=0.5,DET=0.5,"
       "PART=0.5,PRON=0.5,SCONJ=0.5,PUNCT=0.2,SYM=0.2,ROOT=2,nsubj=1.5,dobj=1.5,obj=1.5,"
       "pobj=1.2")
-  # semantic: the PMI vocabulary (word n-grams of 2-5 words with PMI-Masking's PMI_n above
-  # zero, ranked each length apart): its size, 0 for as many as it takes for pmi_coverage of
-  # the corpus's words to lie inside a kept n-gram (the paper's vocabulary covers about half);
-  # the ranking, 'pmi' (PMI_n, the paper's) or 'p2' (PMI_n + log p: frequent n-grams first,
-  # github.com/shaigue/pmi_masking's score); its shares of 2-, 3-, 4- and 5-grams (the
-  # paper's: half bigrams), and the fewest occurrences an n-gram (and a contextual word pair)
-  # needs (the paper: more than 10).
+  # semantic: the PMI vocabulary (2-5 word n-grams with PMI_n > 0, ranked per length): its size
+  # (0: enough for pmi_coverage of the words, the paper's about half); the ranking, 'pmi'
+  # (PMI_n) or 'p2' (PMI_n + log p, shaigue/pmi_masking's); the shares of 2- to 5-grams (the
+  # paper's: half bigrams); the fewest occurrences of an n-gram or word pair (the paper: > 10).
   config.masking.pmi_ngrams = 0
   config.masking.pmi_coverage = 0.5
   config.masking.pmi_score = "pmi"
   config.masking.pmi_length_shares = (0.5, 0.25, 0.125, 0.125)
   config.masking.pmi_min_count = 11
-  # contextual: InforMask's sample-and-score: random whole-word masks drawn per row and step,
-  # the most informative kept (1: whole-word masking; more: informative words more often, at
-  # a cost of one whole-word selection each).
+  # contextual: InforMask's sample-and-score: this many random whole-word masks per row and
+  # step, the most informative kept (1: whole-word masking; each more costs one selection).
   config.masking.contextual_candidates = 10
   # frequency: selection weight of a token is count**(-frequency_alpha) (0 = uniform).
   config.masking.frequency_alpha = 0.5
@@ -178,31 +169,25 @@ def get_config() -> ml_collections.ConfigDict:
   config.masking.adaptive_every_steps = 100
   # adaptive: weight of the old estimate in the running per-token loss average at each update.
   config.masking.adaptive_decay = 0.9
-  # Token counts (frequency, unigram) and word co-occurrences (semantic, contextual) come from
-  # at most this many training documents, counted once and stored in the workdir next to the
-  # tokenizer. (Prepared data brings the token counts it was prepared with.)
+  # Token counts and word co-occurrences come from at most this many training documents,
+  # counted once into the workdir (prepared data brings its own token counts).
   config.masking.stats_max_documents = 10_000
 
   config.objective = ml_collections.ConfigDict()
-  # A registered objective (mlmjax/training/objectives/, one module each; yours registers
-  # from your own module): 'mlm' (BERT, RoBERTa, SpanBERT, ModernBERT); 'electra': a small MLM
-  # generator fills the masked slots with samples and the model (a discriminator) learns, on
-  # every token, which ones were replaced; 'clm': next-token prediction with causal attention
-  # on the same encoder and head; 'diffusion': masked diffusion (MDLM, LLaDA), MLM at a mask
-  # rate drawn per document from 0 to 1 (masking.diffusion_rates), which makes the encoder a
-  # text generator (docs/diffusion.md). A train.phases entry may switch between 'clm', 'mlm'
-  # and 'diffusion' (causal LM first, then MLM; MLM, then diffusion). Held-out metrics are
-  # MLM's at eval.mask_rate whatever the objective.
+  # A registered objective (mlmjax/training/objectives/; yours from your module, user_dir):
+  # 'mlm' (BERT ... ModernBERT); 'electra' (a small generator fills the masked slots, the model
+  # tells replaced tokens); 'clm' (next-token prediction, causal attention, same encoder);
+  # 'diffusion' (MDLM, LLaDA: MLM at a rate drawn per document, a text generator:
+  # docs/diffusion.md). A train.phases entry may switch among clm, mlm and diffusion.
+  # Held-out metrics are MLM's at eval.mask_rate whatever the objective.
   config.objective.kind = "mlm"
-  # diffusion: the loss. 'inverse_rate': each target's cross-entropy over its document's rate,
-  # per maskable token (the variational bound, as MDLM and LLaDA train); 'plain': the mean over
-  # the targets, as MLM's (arXiv 2602.15014 found it about 12% more compute-efficient; on the
-  # tiny preset it reached a lower bound in 2,000 steps: docs/diffusion.md).
+  # diffusion: 'inverse_rate' (each target's loss over its document's rate, per maskable token:
+  # MDLM's and LLaDA's bound) or 'plain' (MLM's mean; arXiv 2602.15014: ~12% more
+  # compute-efficient; docs/diffusion.md).
   config.objective.diffusion_loss = "inverse_rate"
-  # Prediction slots whose logits a train step makes at once (recomputed in the backward pass),
-  # so that [rows, slots, vocabulary] float32 logits never exist whole; 0: all at once. Pays
-  # where the slots are many: the diffusion objective has one per position (docs/diffusion.md
-  # has the measured memory). Not with ELECTRA or the span-boundary objective.
+  # Prediction slots whose logits a step makes at once (recomputed backward), so [rows, slots,
+  # vocab] logits never exist whole; 0: all. Pays with many slots (diffusion: docs/diffusion.md).
+  # Not with ELECTRA or the span-boundary objective.
   config.objective.logits_chunk = 0
   # electra: the generator's width, heads and MLP as a fraction of the discriminator's.
   config.objective.generator_fraction = 0.25
@@ -288,67 +273,28 @@ def get_config() -> ml_collections.ConfigDict:
   # batch at once, at the memory of one micro-batch, e.g. RoBERTa's 8K batch on a few devices.
   # batch_size must be divisible by grad_accum_steps x data x fsdp (the data-parallel size).
   config.train.grad_accum_steps = 1
-  # 'auto': before the first step, train.grad_accum_steps and model.remat are chosen for the
-  # devices (or mlmjax.compile's --target): the fewest micro-batches, then the least
-  # recomputation ('none', 'dots_saveable', 'full'), whose compiled train step fits device
-  # memory in every phase; on a TPU or GPU, of the fewest micro-batches that fit with each
-  # recomputation, the one whose step is predicted fastest (training/planning/step_time.py).
-  # The candidates are compiled with the real compiler; the choice and why are logged and
-  # kept in WORKDIR/fit.json, so a resume does not search again. The global batch, and so the
-  # learning, stays. 'off': the two keys as given.
+  # 'auto': train.grad_accum_steps and model.remat chosen for the devices (or compile's
+  # --target) by real compiles: the fewest micro-batches, then the least recomputation, whose
+  # train step fits memory in every phase; on a TPU or GPU the predicted fastest of those
+  # (training/planning/step_time.py). Logged and kept in WORKDIR/fit.json for resumes; the
+  # global batch stays. 'off': the two keys as given.
   config.train.fit = "off"
   # With train.fit='auto': the memory per device to fit into, in GiB; 0: the device's (its
   # HBM as the runtime reports it, or the target's).
   config.train.fit_memory_gib = 0.0
-  # 'adamw', 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe) or
-  # 'muon' (orthogonalised momentum for the encoder blocks' matrices, AdamW for embeddings,
-  # norms, biases and heads, as the Muon papers do); all use the learning rate, schedule,
-  # adam_* and weight_decay keys below.
-  config.train.optimizer = "adamw"
-  # muon: momentum of the matrices' updates (Muon: 0.95, Nesterov).
-  config.train.muon_momentum = 0.95
-  # muon: each matrix update is scaled to this RMS, about an AdamW update's, so the learning
-  # rate and weight decay serve both groups (Moonshot's "Muon is Scalable": 0.2).
-  config.train.muon_rms = 0.2
-  # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
-  # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
-  # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).
-  config.train.learning_rate = 1e-4
-  config.train.warmup_steps = 10_000
-  config.train.end_learning_rate = 0.0
-  config.train.schedule = "linear"
-  config.train.decay_fraction = 0.1
-  config.train.decay_shape = "linear"
-  # What the schedule counts: 'steps', or 'tokens' (rows x seq_len seen, train.phases' batch
-  # sizes and lengths included): warmup and decay then take the same share of the data when
-  # the batch grows by phase (batch-size warmup, mmBERT) or the rows lengthen.
-  config.train.schedule_unit = "steps"
-  config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
-  config.train.adam_b1 = 0.9
-  config.train.adam_b2 = 0.999
-  config.train.adam_eps = 1e-6
-  # Gradients are clipped to this global norm.
-  config.train.grad_clip_norm = 1.0
-  # StableAdamW-style update clipping: each tensor's Adam update scaled to RMS <= this
-  # (Adafactor's d; 1.0 is usual); 0 = off.
-  config.train.update_clip_rms = 0.0
   # A step with a non-finite loss or gradient is never applied (nor checkpointed). Then 'skip'
   # goes on with the next batch (logged, counted as `skipped_steps`), stopping only after
   # max_consecutive_skips in a row; 'stop' ends the run at once with a message naming the step.
   config.train.nonfinite_policy = "skip"
   config.train.max_consecutive_skips = 20
-  # The generator of dropout's random bits (jax's PRNG implementations): 'threefry2x32' (jax's
-  # default: the same bits on every backend and sharding), 'rbg' or 'unsafe_rbg' (XLA's
-  # random-bit generator, without threefry's arithmetic; its bits depend on the backend and
-  # may change with the sharding, so a run resumes bit-identically only on the same machine
-  # shape). Each is a pure function of (seed, step). Compiled costs: docs/performance.md.
+  # Dropout's bits, a pure function of (seed, step): 'threefry2x32' (jax's default, the same on
+  # every backend and sharding), 'rbg' or 'unsafe_rbg' (XLA's generator, cheaper; a resume is
+  # bit-identical only on the same machine shape). Costs: docs/performance.md.
   config.train.dropout_rng = "threefry2x32"
   # Phases: (fraction of train.steps, seq_len, max_predictions_per_seq) triples whose fractions
   # sum to 1, e.g. BERT's ((0.9, 128, 20), (0.1, 512, 80)), each with an optional 4th item, a
-  # dict of batch_size (batch-size warmup), rope_base (context extension: ModernBERT raises it
-  # with seq_len), mask_rate / mask_rate_end, objective ('clm', 'mlm' or 'diffusion': the
-  # phase's own objective.kind) (training/planning/phases.py). Empty: one phase with data.seq_len and
-  # masking.max_predictions_per_seq. State carries across a switch.
+  # dict of batch_size, rope_base, mask_rate, mask_rate_end, objective (their meaning:
+  # PhaseSpec in mlmjax/training/settings.py). Empty: one phase of data.seq_len. State carries.
   config.train.phases = ()
   # Progress line + metrics.jsonl/TensorBoard every this many steps.
   config.train.log_every_steps = 100
@@ -367,6 +313,42 @@ def get_config() -> ml_collections.ConfigDict:
   # '' = the cache the process already has (JAX_COMPILATION_CACHE_DIR), else
   # WORKDIR/compile_cache; a folder (local or a bucket, shareable by runs); 'off'.
   config.train.compilation_cache = ""
+
+  config.optimizer = ml_collections.ConfigDict()
+  # 'adamw', 'lamb' (layer-wise trust ratio for very large batches, NVIDIA's BERT recipe) or
+  # 'muon' (orthogonalised momentum for the encoder blocks' matrices, AdamW for embeddings,
+  # norms, biases and heads, as the Muon papers do); all use the learning rate, schedule,
+  # adam_* and weight_decay keys below (mlmjax/training/core/optimizer.py).
+  config.optimizer.kind = "adamw"
+  # muon: momentum of the matrices' updates (Muon: 0.95, Nesterov).
+  config.optimizer.muon_momentum = 0.95
+  # muon: each matrix update is scaled to this RMS, about an AdamW update's, so the learning
+  # rate and weight decay serve both groups (Moonshot's "Muon is Scalable": 0.2).
+  config.optimizer.muon_rms = 0.2
+  # Peak learning rate after linear warmup, then the schedule down to end_learning_rate:
+  # 'linear' (BERT), 'cosine', or 'wsd' (warmup-stable-decay: the peak until the last
+  # decay_fraction of the steps, then a 'linear' or 'sqrt' (1 - sqrt, ModernBERT) decay).
+  config.optimizer.learning_rate = 1e-4
+  config.optimizer.warmup_steps = 10_000
+  # The warmup as a share of train.steps instead (0: warmup_steps is used; give one of the two).
+  config.optimizer.warmup_fraction = 0.0
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.schedule = "linear"
+  config.optimizer.decay_fraction = 0.1
+  config.optimizer.decay_shape = "linear"
+  # What the schedule counts: 'steps', or 'tokens' (rows x seq_len seen, train.phases' batch
+  # sizes and lengths included): warmup and decay then take the same share of the data when
+  # the batch grows by phase (batch-size warmup, mmBERT) or the rows lengthen.
+  config.optimizer.schedule_unit = "steps"
+  config.optimizer.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
+  config.optimizer.adam_b1 = 0.9
+  config.optimizer.adam_b2 = 0.999
+  config.optimizer.adam_eps = 1e-6
+  # Gradients are clipped to this global norm.
+  config.optimizer.grad_clip_norm = 1.0
+  # StableAdamW-style update clipping: each tensor's Adam update scaled to RMS <= this
+  # (Adafactor's d; 1.0 is usual); 0 = off.
+  config.optimizer.update_clip_rms = 0.0
 
   config.eval = ml_collections.ConfigDict()
   # Held-out MLM metrics are measured at this mask rate whatever masking.mask_rate is (as

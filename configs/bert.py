@@ -45,11 +45,11 @@ def get_config(size: str = "base"):
 
   config.train.steps = 1_000_000
   config.train.batch_size = 256
-  config.train.learning_rate = 1e-4
-  config.train.warmup_steps = 10_000
-  config.train.end_learning_rate = 0.0
-  config.train.adam_b1 = 0.9
-  config.train.adam_b2 = 0.999
-  config.train.adam_eps = 1e-6
-  config.train.weight_decay = 0.01
+  config.optimizer.learning_rate = 1e-4
+  config.optimizer.warmup_steps = 10_000
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.adam_b1 = 0.9
+  config.optimizer.adam_b2 = 0.999
+  config.optimizer.adam_eps = 1e-6
+  config.optimizer.weight_decay = 0.01
   return config

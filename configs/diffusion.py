@@ -32,7 +32,8 @@ def get_config(size: str = "tiny"):
                         position_embedding_type="rope", dropout_rate=0.0,
                         attention_dropout_rate=0.0)
     config.data.seq_len = 512
-    config.train.update(batch_size=256, learning_rate=4e-4, warmup_steps=2_000, steps=200_000)
+    config.train.update(batch_size=256, steps=200_000)
+    config.optimizer.update(learning_rate=4e-4, warmup_steps=2_000)
   config.objective.kind = "diffusion"
   config.masking.strategy = "random"
   return config

@@ -38,6 +38,7 @@ def get_config(size: str = "small"):
   config.masking.update(strategy="random", mask_rate=0.15, mask_token_prob=0.85,
                         random_token_prob=0.0)
   config.masking.max_predictions_per_seq = 20 if seq_len == 128 else 77  # 15% of seq_len - 2
-  config.train.update(batch_size=batch, learning_rate=lr, warmup_steps=10_000, steps=steps,
-                      adam_b1=0.9, adam_b2=0.999, adam_eps=1e-6, weight_decay=0.01)
+  config.train.update(batch_size=batch, steps=steps)
+  config.optimizer.update(learning_rate=lr, warmup_steps=10_000, adam_b1=0.9, adam_b2=0.999,
+                          adam_eps=1e-6, weight_decay=0.01)
   return config

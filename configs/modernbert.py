@@ -46,14 +46,14 @@ def get_config(size: str = "base"):
   config.masking.max_predictions_per_seq = 307  # 30% of 1,022 maskable tokens, rounded
   config.train.batch_size = BATCH
   config.train.steps = int(TOKENS / (BATCH * SEQ_LEN))
-  config.train.warmup_steps = int(warmup_tokens / (BATCH * SEQ_LEN))
-  config.train.learning_rate = lr
-  config.train.schedule = "wsd"
-  config.train.decay_shape = "sqrt"
-  config.train.decay_fraction = 0.1
-  config.train.adam_b1, config.train.adam_b2, config.train.adam_eps = 0.9, 0.98, 1e-6
+  config.optimizer.warmup_steps = int(warmup_tokens / (BATCH * SEQ_LEN))
+  config.optimizer.learning_rate = lr
+  config.optimizer.schedule = "wsd"
+  config.optimizer.decay_shape = "sqrt"
+  config.optimizer.decay_fraction = 0.1
+  config.optimizer.adam_b1, config.optimizer.adam_b2, config.optimizer.adam_eps = 0.9, 0.98, 1e-6
   # Decoupled weight decay of 1e-5 per step at the peak (Composer's convention) in optax's
   # terms, where decay is multiplied by the learning rate: 1e-5 / lr.
-  config.train.weight_decay = 1e-5 / lr
-  config.train.update_clip_rms = 1.0
+  config.optimizer.weight_decay = 1e-5 / lr
+  config.optimizer.update_clip_rms = 1.0
   return config

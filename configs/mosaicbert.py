@@ -21,11 +21,11 @@ def get_config(size: str = "base"):
   config.masking.max_predictions_per_seq = 40  # 30% of 126 maskable tokens, rounded up
   config.train.steps = 70_000
   config.train.batch_size = 4096
-  config.train.learning_rate = 5e-4
-  config.train.warmup_steps = 4_200  # 6% of 70K
-  config.train.adam_b2 = 0.98
-  config.train.adam_eps = 1e-6
+  config.optimizer.learning_rate = 5e-4
+  config.optimizer.warmup_steps = 4_200  # 6% of 70K
+  config.optimizer.adam_b2 = 0.98
+  config.optimizer.adam_eps = 1e-6
   # Composer's DecoupledAdamW decays by weight_decay * lr / peak_lr per step; optax's adamw by
   # lr * weight_decay. The same decay in optax terms: 1e-5 / 5e-4 = 0.02.
-  config.train.weight_decay = 1e-5 / 5e-4
+  config.optimizer.weight_decay = 1e-5 / 5e-4
   return config

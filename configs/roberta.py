@@ -40,11 +40,11 @@ def get_config(size: str = "base"):
 
   config.train.steps = 500_000
   config.train.batch_size = 8192
-  config.train.learning_rate = lr
-  config.train.warmup_steps = warmup
-  config.train.end_learning_rate = 0.0
-  config.train.adam_b1 = 0.9
-  config.train.adam_b2 = 0.98
-  config.train.adam_eps = 1e-6
-  config.train.weight_decay = 0.01
+  config.optimizer.learning_rate = lr
+  config.optimizer.warmup_steps = warmup
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.adam_b1 = 0.9
+  config.optimizer.adam_b2 = 0.98
+  config.optimizer.adam_eps = 1e-6
+  config.optimizer.weight_decay = 0.01
   return config

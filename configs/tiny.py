@@ -33,8 +33,8 @@ def get_config():
   config.model.attention_dropout_rate = 0.0
   config.train.steps = 2000
   config.train.batch_size = 32
-  config.train.learning_rate = 1e-3
-  config.train.warmup_steps = 100
+  config.optimizer.learning_rate = 1e-3
+  config.optimizer.warmup_steps = 100
   config.train.log_every_steps = 100
   config.train.eval_every_steps = 500
   config.train.eval_batches = 20

@@ -1,4 +1,5 @@
-"""Draws the training curves of one or more runs, overlaid, into a PNG (training/run/learning_curves.py).
+"""Draws the training curves of one or more runs, overlaid, into a PNG
+(training/run/learning_curves.py).
 
   python -m mlmjax.plot --workdir=runs/a [runs/b ...] [--out=curves.png]
 

@@ -25,9 +25,11 @@ import traceback
 
 from mlmjax import configs
 from mlmjax.errors import CommandLineError
+from mlmjax.errors import ConfigError
+from mlmjax.training.settings import PhaseSpec
 
-# The keys train.phases decide when it is set (training/planning/phases.py): every phase names its own
-# length and prediction slots, and these others where every phase's options name them.
+# The keys train.phases decide when it is set (training/planning/phases.py): every phase names its
+# own length and prediction slots, and these others where every phase's options name them.
 PHASE_KEYS = ("data.seq_len", "masking.max_predictions_per_seq")
 PHASE_OPTION_KEYS = {"batch_size": "train.batch_size", "rope_base": "model.rope_base",
                      "mask_rate": "masking.mask_rate"}
@@ -94,8 +96,12 @@ def ignored_overrides(config, overrides) -> str | None:
   phases = _phases(config)
   if not phases or "train.phases" in overrides:
     return None
+  try:
+    specs = [PhaseSpec.parse(p) for p in phases]
+  except ConfigError:
+    return None  # the run's settings say what is wrong with them
   decided = list(PHASE_KEYS) + [key for option, key in PHASE_OPTION_KEYS.items()
-                                if all(len(p) > 3 and option in p[3] for p in phases)]
+                                if all(getattr(p, option) is not None for p in specs)]
   keys = [k for k in decided if k in overrides]
   if not keys:
     return None

@@ -1,11 +1,11 @@
 """How a config section becomes a frozen, typed settings object, once, at the top of a command.
 
 Every settings class (models/settings.py, data/settings.py, data/text/settings.py,
-data/masking/settings.py, parallel/settings.py, training/settings.py, finetuning/settings.py) is
-a frozen dataclass and a
-`Section` whose field names are its section's keys; `from_config` reads them with their declared
-types, and the class's `__post_init__` checks the rules of its own keys, so a bad value fails where it is made
-with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
+data/masking/settings.py, parallel/settings.py, training/settings.py, training/core/optimizer.py,
+finetuning/settings.py) is a frozen dataclass and a `Section` whose field names are its
+section's keys; `from_config` reads them with their declared types (a key the section does not
+read is refused), and the class's `__post_init__` checks the rules of its own keys, so a bad
+value fails where it is made with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
 positions, a batch the mesh cannot split) are training/config_check.py's.
 """
 
@@ -32,9 +32,12 @@ def from_section(cls: type[T], section, prefix: str) -> T:
   the key of its name and converted to its declared type: int, float, bool, str, or a tuple
   (taken as it is, lists made tuples). `prefix` ('model', 'data', ...) names the keys in errors."""
   values = {}
-  for field in dataclasses.fields(cls):
-    if not field.init:
-      continue
+  fields = [f for f in dataclasses.fields(cls) if f.init]
+  # A key the section does not read would be dropped without a word (a misspelled or moved key)
+  unknown = sorted(set(section.keys()) - {f.name for f in fields})
+  if unknown:
+    raise ConfigError(f"{prefix}.{unknown[0]}: no such config key")
+  for field in fields:
     value = section[field.name]
     kind = _SCALARS.get(str(field.type))
     if kind is int and (isinstance(value, bool) or not isinstance(value, (int, float))

@@ -236,7 +236,7 @@ def micro(tokenizer_path):
   config.model.attention_dropout_rate = 0.1
   config.train.batch_size = 16
   config.train.steps = 8
-  config.train.warmup_steps = 2
+  config.optimizer.warmup_steps = 2
   config.train.log_every_steps = 2
   config.train.eval_every_steps = 4
   config.train.eval_batches = 2

@@ -37,7 +37,7 @@ TWO_PROCESS_OVERRIDES = [
     "--config.masking.max_predictions_per_seq=10", "--config.model.num_layers=2",
     "--config.train.log_every_steps=2", "--config.train.checkpoint_every_steps=2",
     "--config.train.eval_every_steps=4", "--config.train.eval_batches=1",
-    "--config.train.warmup_steps=2", "--config.train.steps=8"]
+    "--config.optimizer.warmup_steps=2", "--config.train.steps=8"]
 
 
 def two_processes(tokenizer_path: str) -> tuple[str, list[str]]:

@@ -31,8 +31,8 @@ def small_config(mesh_shape=(-1, 1, 1)):
   config.model.attention_dropout_rate = 0.0
   config.train.batch_size = 16
   config.train.steps = 10
-  config.train.warmup_steps = 1
-  config.train.learning_rate = 1e-3
+  config.optimizer.warmup_steps = 1
+  config.optimizer.learning_rate = 1e-3
   config.mesh.shape = mesh_shape
   return config
 

@@ -1,11 +1,13 @@
 """Fine-tuning configuration: every key `python -m mlmjax.finetune` reads, with its default.
 
-Override any key on the command line, e.g. `--config.train.learning_rate=1e-4`. The model's
+Override any key on the command line, e.g. `--config.optimizer.learning_rate=1e-4`. The model's
 shape, tokenizer, position embeddings and parameter-sharding rules are the pretrained run's
 (its config.json); the rules for these values are in mlmjax/finetuning/settings.py.
 """
 
 import ml_collections
+
+from mlmjax.training import saved_config
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -38,17 +40,6 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.epochs = 3.0
   # Global batch size in examples; divisible by the data-parallel size of the mesh.
   config.train.batch_size = 32
-  # 'adamw' or 'lamb', peak learning rate after a linear warmup over warmup_fraction of the
-  # steps, then linear decay to 0 (BERT-base: 2e-5 to 5e-5; small models take more).
-  config.train.optimizer = "adamw"
-  config.train.learning_rate = 1e-4
-  config.train.warmup_fraction = 0.1
-  config.train.weight_decay = 0.01  # not applied to LayerNorm parameters or biases
-  config.train.adam_b1 = 0.9
-  config.train.adam_b2 = 0.999
-  config.train.adam_eps = 1e-6
-  # Gradients are clipped to this global norm.
-  config.train.grad_clip_norm = 1.0
   # A step whose loss or gradients are NaN/Inf changes nothing (the update is skipped). 'skip'
   # goes on, but stops after more than max_consecutive_skips in a row; 'stop' ends the run at
   # once with a message naming the step (as in pretraining).
@@ -65,6 +56,19 @@ def get_config() -> ml_collections.ConfigDict:
   # has (JAX_COMPILATION_CACHE_DIR), else OUTPUT/compile_cache; a folder; 'off'. As
   # pretraining's train.compilation_cache (mlmjax/training/run/compile_cache.py).
   config.train.compilation_cache = ""
+
+  # The optimizer: pretraining's section (every key and its meaning: configs/base.py), with
+  # BERT's fine-tuning defaults.
+  config.optimizer = saved_config.defaults().optimizer
+  # 'adamw' or 'lamb', and the peak learning rate (BERT-base: 2e-5 to 5e-5; small models take
+  # more).
+  config.optimizer.kind = "adamw"
+  config.optimizer.learning_rate = 1e-4
+  # A linear warmup over this share of the steps, then linear decay to 0.
+  config.optimizer.warmup_steps = 0
+  config.optimizer.warmup_fraction = 0.1
+  config.optimizer.end_learning_rate = 0.0
+  config.optimizer.schedule = "linear"
 
   # Extractive question answering (SQuAD; question_answering.py), as BERT's run_squad.
   config.qa = ml_collections.ConfigDict()

@@ -141,9 +141,7 @@ def load(path: str, step: int | None = None) -> FinetunedModel:
   tok = tokenizer_lib.load(pre.saved_tokenizer())
   kind = tasks.make_kind(record["kind"], settings, record.get("label_names", []))
   mesh = sharding.make_mesh(FinetuneMesh((1, 1, 1)), devices=jax.devices()[:1])
-  optimizer_settings = settings.train.optimizer_settings(1)
-  setup = trainer.model_setup(settings, pre_run, kind, tok.vocab_size, mesh,
-                              optimizer_settings)
+  setup = trainer.model_setup(settings, pre_run, kind, tok.vocab_size, mesh, total_steps=1)
   ckpt = checkpoint_lib.Checkpointer(out.checkpoints, out.corrupt_checkpoints,
                                      settings.train.max_checkpoints_to_keep)
   try:

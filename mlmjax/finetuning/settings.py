@@ -14,8 +14,10 @@ from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
 from mlmjax.training import config_check
 from mlmjax.training import settings as training_settings
+from mlmjax.training.core.optimizer import OptimizerSettings
 
-OPTIMIZERS = ("adamw", "lamb")  # Muon's keys are pretraining's (train.muon_*)
+# Muon's split of the parameters is the pretraining encoder's: fine-tuning's heads are untried.
+OPTIMIZERS = ("adamw", "lamb")
 POOLINGS = ("auto", "cls", "mean")
 
 
@@ -65,14 +67,6 @@ class FinetuneTrain(typed_settings.Section):
 
   epochs: float
   batch_size: int
-  optimizer: str
-  learning_rate: float
-  warmup_fraction: float
-  weight_decay: float
-  adam_b1: float
-  adam_b2: float
-  adam_eps: float
-  grad_clip_norm: float
   nonfinite_policy: str
   max_consecutive_skips: int
   log_every_steps: int
@@ -81,30 +75,14 @@ class FinetuneTrain(typed_settings.Section):
   compilation_cache: str
 
   def __post_init__(self):
-    typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
-    if not self.epochs > 0 or self.learning_rate < 0 or not 0.0 <= self.warmup_fraction < 1.0:
-      raise ConfigError("train.epochs must be > 0, train.learning_rate >= 0 and"
-                        " train.warmup_fraction in [0, 1)")
+    if not self.epochs > 0:
+      raise ConfigError(f"train.epochs={self.epochs} must be > 0")
     if self.log_every_steps < 1 or self.checkpoint_every_steps < 1 or (
         self.max_checkpoints_to_keep < 1):
       raise ConfigError("train.log_every_steps, train.checkpoint_every_steps and"
                         " train.max_checkpoints_to_keep must be >= 1")
     training_settings.check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
     typed_settings.check_positive("train.batch_size", self.batch_size)
-
-  def optimizer_settings(self, total_steps: int) -> training_settings.TrainSettings:
-    """BERT's fine-tuning optimizer as pretraining's optimizer settings (optimizer.py): these
-    keys over today's pretraining defaults, a linear warmup over warmup_fraction of the
-    `total_steps`, then linear decay to 0, no accumulation or update clipping."""
-    from mlmjax.training import saved_config  # pylint: disable=g-import-not-at-top
-    defaults = training_settings.TrainSettings.from_config(saved_config.defaults().train)
-    return dataclasses.replace(
-        defaults, **{k: getattr(self, k) for k in (
-            "optimizer", "learning_rate", "weight_decay", "adam_b1", "adam_b2", "adam_eps",
-            "grad_clip_norm", "batch_size")},
-        steps=total_steps, end_learning_rate=0.0, schedule="linear", schedule_unit="steps",
-        update_clip_rms=0.0, grad_accum_steps=1,
-        warmup_steps=round(self.warmup_fraction * total_steps))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,15 +135,20 @@ class FinetuneSettings:
   data: FinetuneData
   model: FinetuneModel
   train: FinetuneTrain
+  optimizer: OptimizerSettings
   qa: QASettings
   embedding: EmbeddingSettings
   mesh: FinetuneMesh
+
+  def __post_init__(self):
+    typed_settings.one_of("optimizer.kind", self.optimizer.kind, OPTIMIZERS)
 
   @classmethod
   def from_config(cls, config) -> "FinetuneSettings":
     return cls(seed=int(config.seed), data=FinetuneData.from_config(config.data),
                model=FinetuneModel.from_config(config.model),
                train=FinetuneTrain.from_config(config.train),
+               optimizer=OptimizerSettings.from_config(config.optimizer),
                qa=QASettings.from_config(config.qa),
                embedding=EmbeddingSettings.from_config(config.embedding),
                mesh=FinetuneMesh.from_config(config.mesh))

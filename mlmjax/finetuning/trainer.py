@@ -62,9 +62,9 @@ def finetune(config, pretrained: str, data: tasks.TaskData, output: str,
 
 
 def model_setup(settings: FinetuneSettings, pre: assembly.Assembly, kind, vocab_size: int, mesh,
-                optimizer_settings) -> train_state.MeshSetup:
+                total_steps: int) -> train_state.MeshSetup:
   """The fine-tuning model of `kind` (kind.py) on the encoder of the pretrained run `pre`,
-  sharded on `mesh` by the pretrained run's rules, with its optimizer."""
+  sharded on `mesh` by the pretrained run's rules, with its optimizer over `total_steps`."""
   # The pretrained model with fine-tuning's dropout (and seed), heads included, so that its
   # checkpoint loads as it is; the kind's head on top.
   encoder = pre.with_settings(pre.settings.replace(
@@ -74,7 +74,7 @@ def model_setup(settings: FinetuneSettings, pre: assembly.Assembly, kind, vocab_
   return train_state.sharded_setup(
       lambda: kind.model(encoder.model(vocab_size, mesh), encoder.settings.model, settings.model,
                          nnx.Rngs(params=settings.seed + 1)),
-      optimizer.make_optimizer(optimizer_settings), mesh, rules, scan_layers)
+      optimizer.make_optimizer(settings.optimizer, total_steps), mesh, rules, scan_layers)
 
 
 class _BatchPosition:
@@ -138,11 +138,10 @@ class _FineTuner(loop.StepLoop):
 
   def _make_steps(self, pre: assembly.Assembly, vocab_size: int) -> None:
     """The sharded state of the encoder and the kind's head, and its train and eval steps."""
-    optimizer_settings = self.config.train.optimizer_settings(self.total)
-    self.setup = model_setup(self.config, pre, self.kind, vocab_size, self.mesh,
-                             optimizer_settings)
-    self.train_step = steps.make_train_step(self.setup, self.kind.objective(),
-                                            optimizer_settings, self.config.seed)
+    self.setup = model_setup(self.config, pre, self.kind, vocab_size, self.mesh, self.total)
+    schedule = optimizer.learning_rate_schedule(self.config.optimizer, self.total)
+    self.train_step = steps.make_train_step(self.setup, self.kind.objective(), schedule,
+                                            self.total, self.config.seed)
     self.eval_step = steps.make_eval_step(self.setup, lambda outputs, batch: outputs)
 
   def _check_same_run(self) -> None:

@@ -34,7 +34,8 @@ def resolve_mesh_shape(shape, num_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(mesh_config, devices=None) -> Mesh:
-  """The mesh over `devices` (default: this run's; a compile target's in training/planning/aot.py)."""
+  """The mesh over `devices` (default: this run's; a compile target's in
+  training/planning/aot.py)."""
   devices = jax.devices() if devices is None else list(devices)
   shape = resolve_mesh_shape(mesh_config.shape, len(devices))
   # Auto axes: classic jit/GSPMD propagation (explicit axes would demand sharding-typed code).

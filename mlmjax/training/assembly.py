@@ -88,13 +88,13 @@ class Assembly:
                                   pairs=formats.has_pair_labels(s.data.format))
 
   def setup(self, vocab_size: int, mesh: jax.sharding.Mesh) -> train_state.MeshSetup:
-    """The model with its optimizer (train.*, on the plan's token clock), sharded by
-    mesh.rules."""
+    """The model with its optimizer (optimizer.*, over train.steps on the plan's token clock),
+    sharded by mesh.rules."""
     s = self.settings
     return train_state.sharded_setup(
         lambda: self.model(vocab_size, mesh),
-        optimizer.make_optimizer(s.train, self.plan.step_tokens), mesh, s.mesh.rules,
-        s.model.scan_layers)
+        optimizer.make_optimizer(s.optimizer, s.train.steps, self.plan.step_tokens), mesh,
+        s.mesh.rules, s.model.scan_layers)
 
   def with_rope_base(self, setup: train_state.MeshSetup, vocab_size: int,
                      rope_base: float) -> train_state.MeshSetup:
@@ -109,7 +109,10 @@ class Assembly:
     seed); `objective`: a phase's in place of objective.kind."""
     s = self.settings
     loss = self.objective(objective).step(s.objective, per_token_loss)
-    return steps.make_train_step(setup, loss, s.train, s.seed, self.plan.step_tokens)
+    schedule = optimizer.learning_rate_schedule(s.optimizer, s.train.steps,
+                                                self.plan.step_tokens)
+    return steps.make_train_step(setup, loss, schedule, s.train.steps, s.seed,
+                                 s.train.grad_accum_steps, s.train.dropout_rng)
 
   def eval_step(self, setup: train_state.MeshSetup, objective: str | None = None):
     """The held-out step of a phase of `objective` (default: the run's): its evaluation's

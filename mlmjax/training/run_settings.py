@@ -2,7 +2,7 @@
 
     config (configs/*.py + --config.* flags, a ConfigDict) --RunSettings.from_config-->
       RunSettings(seed, init_from, user_dir, data, tokenizer, masking, model, objective, train,
-                  mesh, eval, watchdog)
+                  optimizer, mesh, eval, watchdog)
 
 Each section checks the rules of its own keys where it is made (its class); the rules across
 sections and those of the devices are config_check.py's (`checked` runs both). Only the
@@ -26,8 +26,19 @@ from mlmjax.errors import ConfigError
 from mlmjax.models.settings import ModelSettings
 from mlmjax.parallel.settings import MeshSettings
 from mlmjax.training import objectives
+from mlmjax.training.core.optimizer import OptimizerSettings
 from mlmjax.training.settings import (EvalSettings, ObjectiveSettings, TrainSettings,
                                      WatchdogSettings)
+
+
+# Keys that moved, (section, key) -> (section, key): config format 2 gave the optimizer a section
+# of its own (saved_config.py converts the files of before; a config made in Python that still
+# sets the old key is told where it went).
+MOVED_IN_2 = {("train", "optimizer"): ("optimizer", "kind"), **{
+    ("train", key): ("optimizer", key) for key in (
+        "learning_rate", "warmup_steps", "warmup_fraction", "end_learning_rate", "schedule",
+        "decay_fraction", "decay_shape", "schedule_unit", "weight_decay", "adam_b1", "adam_b2",
+        "adam_eps", "grad_clip_norm", "update_clip_rms", "muon_momentum", "muon_rms")}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +54,7 @@ class RunSettings:
   model: ModelSettings
   objective: ObjectiveSettings
   train: TrainSettings
+  optimizer: OptimizerSettings
   mesh: MeshSettings
   eval: EvalSettings
   watchdog: WatchdogSettings
@@ -52,8 +64,8 @@ class RunSettings:
     # sections cannot check (the registry makes train steps, which read them).
     objectives.get(self.objective.kind)
     for entry in self.train.phases:
-      if len(entry) > 3 and "objective" in entry[3]:
-        objectives.for_phase(entry[3]["objective"])
+      if entry.objective is not None:
+        objectives.for_phase(entry.objective)
 
   @classmethod
   def from_config(cls, config) -> "RunSettings":
@@ -61,6 +73,10 @@ class RunSettings:
     own rules (the first broken one is a ConfigError naming its key)."""
     if isinstance(config, RunSettings):
       return config
+    for (section, key), (new_section, new_key) in MOVED_IN_2.items():
+      if key in config[section]:
+        raise ConfigError(f"{section}.{key} is now {new_section}.{new_key} (the optimizer's keys"
+                          " have a section of their own): set that instead")
     values = {}
     if config["user_dir"]:  # first: the sections may name what it registers
       user_code.load(config["user_dir"], f"user_dir={config['user_dir']!r}")
@@ -97,4 +113,5 @@ class RunSettings:
 
 _SECTIONS = {"data": InputSettings, "tokenizer": TokenizerSettings, "masking": MaskingSettings,
              "model": ModelSettings, "objective": ObjectiveSettings, "train": TrainSettings,
-             "mesh": MeshSettings, "eval": EvalSettings, "watchdog": WatchdogSettings}
+             "optimizer": OptimizerSettings, "mesh": MeshSettings, "eval": EvalSettings,
+             "watchdog": WatchdogSettings}

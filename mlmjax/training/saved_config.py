@@ -28,9 +28,10 @@ import ml_collections
 
 from mlmjax import errors
 from mlmjax import paths
+from mlmjax.training.run_settings import MOVED_IN_2
 from mlmjax.training.run_settings import RunSettings
 
-VERSION = 1
+VERSION = 2  # 2: the optimizer's keys moved from train.* to optimizer.* (MOVED_IN_2)
 VERSION_KEY = "config_version"
 
 
@@ -53,7 +54,18 @@ def read(path: str) -> dict:
   if not isinstance(version, int) or not 0 <= version <= VERSION:
     raise errors.DataError(f"{path} has {VERSION_KEY}={version!r}: this mlmjax reads formats"
                              f" up to {VERSION}; load the run with a newer mlmjax")
+  if version < 2:
+    saved = _moved(saved, MOVED_IN_2)
   return saved
+
+
+def _moved(saved: dict, moves: dict) -> dict:
+  """`saved` with each (section, key) of `moves` that it holds moved to its new place."""
+  out = {k: dict(v) if isinstance(v, dict) else v for k, v in saved.items()}
+  for (section, key), (new_section, new_key) in moves.items():
+    if isinstance(out.get(section), dict) and key in out[section]:
+      out.setdefault(new_section, {})[new_key] = out[section].pop(key)
+  return out
 
 
 def defaults() -> ml_collections.ConfigDict:

@@ -1,4 +1,5 @@
-"""The training sections of a run's config, typed: objective.*, train.* and eval.*.
+"""The training sections of a run's config, typed: objective.*, train.*, eval.* and watchdog.*
+(optimizer.* is core/optimizer.py's).
 
 Each checks the rules of its own keys where it is made; run_settings.py gathers them with the
 other packages' sections into a run's settings. This module imports no other section's module,
@@ -13,14 +14,7 @@ from mlmjax.errors import ConfigError
 from mlmjax.training.run import profiling
 from mlmjax import typed_settings
 
-# The values of train.optimizer, train.schedule, ... (optimizer.py says what each does).
-OPTIMIZERS = ("adamw", "lamb", "muon")
-SCHEDULES = ("linear", "cosine", "wsd")
 DROPOUT_RNGS = ("threefry2x32", "rbg", "unsafe_rbg")  # jax's PRNG implementations
-SCHEDULE_UNITS = ("steps", "tokens")
-DECAY_SHAPES = ("linear", "sqrt")
-# What the optional 4th item of a train.phases entry may set (training/planning/phases.py).
-PHASE_OPTIONS = ("batch_size", "rope_base", "mask_rate", "mask_rate_end", "objective")
 # objective.diffusion_loss: the variational bound's weighting, or none (objectives/diffusion.py).
 DIFFUSION_LOSSES = ("inverse_rate", "plain")
 
@@ -66,7 +60,7 @@ class EvalSettings(typed_settings.Section):
 
 @dataclasses.dataclass(frozen=True)
 class TrainSettings(typed_settings.Section):
-  """config.train, typed (the optimizer's keys included: optimizer.py reads them)."""
+  """config.train, typed (the optimizer's keys are config.optimizer: core/optimizer.py)."""
 
   KEY = "train"
 
@@ -76,22 +70,6 @@ class TrainSettings(typed_settings.Section):
   grad_accum_steps: int
   fit: str
   fit_memory_gib: float
-  optimizer: str
-  muon_momentum: float
-  muon_rms: float
-  learning_rate: float
-  warmup_steps: int
-  end_learning_rate: float
-  schedule: str
-  decay_fraction: float
-  decay_shape: str
-  schedule_unit: str
-  weight_decay: float
-  adam_b1: float
-  adam_b2: float
-  adam_eps: float
-  grad_clip_norm: float
-  update_clip_rms: float
   nonfinite_policy: str
   max_consecutive_skips: int
   dropout_rng: str
@@ -105,15 +83,7 @@ class TrainSettings(typed_settings.Section):
   compilation_cache: str
 
   def __post_init__(self):
-    typed_settings.one_of("train.optimizer", self.optimizer, OPTIMIZERS)
-    typed_settings.one_of("train.schedule", self.schedule, SCHEDULES)
-    typed_settings.one_of("train.decay_shape", self.decay_shape, DECAY_SHAPES)
-    typed_settings.one_of("train.schedule_unit", self.schedule_unit, SCHEDULE_UNITS)
     typed_settings.one_of("train.dropout_rng", self.dropout_rng, DROPOUT_RNGS)
-    if not 0.0 <= self.muon_momentum < 1.0 or self.muon_rms <= 0:
-      raise ConfigError("train.muon_momentum must be in [0, 1) and train.muon_rms > 0")
-    if not 0.0 < self.decay_fraction <= 1.0 or self.update_clip_rms < 0:
-      raise ConfigError("train.decay_fraction must be in (0, 1] and train.update_clip_rms >= 0")
     check_nonfinite_policy(self.nonfinite_policy, self.max_consecutive_skips)
     typed_settings.check_positive("train.batch_size", self.batch_size)
     profiling.parse(self.profile_steps)
@@ -128,8 +98,6 @@ class TrainSettings(typed_settings.Section):
     if self.budget_hours and self.phases:
       raise ConfigError("train.budget_hours ends a run by its time, but train.phases switch at"
                         " fractions of train.steps: use one or the other")
-    if self.learning_rate < 0 or self.warmup_steps < 0:
-      raise ConfigError("train.learning_rate and train.warmup_steps must be >= 0")
     if self.grad_accum_steps < 1:
       raise ConfigError(f"train.grad_accum_steps={self.grad_accum_steps} must be >= 1")
     typed_settings.one_of("train.fit", self.fit, ("off", "auto"))
@@ -139,27 +107,93 @@ class TrainSettings(typed_settings.Section):
     self._check_phases()
 
   def _check_phases(self) -> None:
-    """The syntax of train.phases; what a phase asks of the model and the masker is
-    config_check.py's."""
-    spec = self.phases
-    if spec and (any(len(p) not in (3, 4) for p in spec) or min(p[0] for p in spec) <= 0
-                 or abs(sum(p[0] for p in spec) - 1.0) > 1e-6):
-      raise ConfigError(f"train.phases={spec} must be (fraction, seq_len, max_predictions"
-                        "[, options]) entries with positive fractions summing to 1")
-    for entry in spec:
-      opts = entry[3] if len(entry) > 3 else {}
-      if not isinstance(opts, dict) or set(opts) - set(PHASE_OPTIONS):
-        raise ConfigError(f"train.phases entry {tuple(entry)}: its 4th item must be a dict of"
-                          f" {', '.join(PHASE_OPTIONS)}")
-      if "mask_rate_end" in opts and "mask_rate" not in opts:
-        raise ConfigError(f"train.phases entry {tuple(entry)}: mask_rate_end needs mask_rate")
-      for key in ("mask_rate", "mask_rate_end"):
-        if key in opts:
-          typed_settings.check_rate(f"train.phases {key}", opts[key])
-      # objective: one a phase may switch to, checked by RunSettings (as objective.kind)
-      if opts.get("batch_size", 1) < 1 or opts.get("rope_base", 1) <= 0:
-        raise ConfigError(f"train.phases entry {tuple(entry)}: batch_size must be >= 1 and"
-                          " rope_base > 0")
+    """Each entry typed and checked (PhaseSpec); what a phase asks of the model and the masker
+    is config_check.py's."""
+    # frozen: the entries, read as given (tuples, lists, dicts), stored typed
+    object.__setattr__(self, "phases", tuple(map(PhaseSpec.parse, self.phases)))
+    if self.phases and abs(sum(p.fraction for p in self.phases) - 1.0) > 1e-6:
+      raise ConfigError(f"train.phases={self.config_keys()['phases']}: the fractions must sum"
+                        " to 1")
+
+  def config_keys(self) -> dict:
+    """As the Section's, with train.phases in its config form (PhaseSpec.entry)."""
+    return {**super().config_keys(), "phases": tuple(p.entry() for p in self.phases)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseSpec:
+  """One train.phases entry, typed (training/planning/phases.py plans the run from them). In a
+  config, on the command line and in config.json an entry is written (fraction, seq_len,
+  max_predictions) with an optional 4th item, a dict of the options below: BERT's phases are
+  ((0.9, 128, 20), (0.1, 512, 80)). Each option left out (None) keeps the run's value."""
+
+  fraction: float  # of train.steps (the entries' fractions sum to 1)
+  seq_len: int  # tokens per row
+  max_predictions: int  # prediction slots per row (at most; a phase's rate may need fewer)
+  batch_size: int | None = None  # global rows per step: a batch-size warmup (mmBERT)
+  rope_base: float | None = None  # rotary base of the global layers (ModernBERT's extension)
+  mask_rate: float | None = None  # the phase's own mask rate at its first step ...
+  # ... and at its last (default mask_rate), shaped by masking.mask_rate_schedule; phases
+  # without a mask_rate follow the run-long masking.mask_rate -> mask_rate_end
+  mask_rate_end: float | None = None
+  # a registered objective training the run's own model ('clm', 'mlm', 'diffusion'; checked by
+  # RunSettings): causal LM first, then MLM; MLM, then diffusion
+  objective: str | None = None
+
+  def __post_init__(self):
+    where = f"train.phases entry {self.entry()}"
+    if not self.fraction > 0 or self.seq_len < 1 or self.max_predictions < 0:
+      raise ConfigError(f"{where}: the fraction must be > 0, seq_len >= 1 and max_predictions"
+                        " >= 0")
+    if self.mask_rate_end is not None and self.mask_rate is None:
+      raise ConfigError(f"{where}: mask_rate_end needs mask_rate")
+    for key in ("mask_rate", "mask_rate_end"):
+      if getattr(self, key) is not None:
+        typed_settings.check_rate(f"train.phases {key}", getattr(self, key))
+    if (self.batch_size is not None and self.batch_size < 1) or (
+        self.rope_base is not None and self.rope_base <= 0):
+      raise ConfigError(f"{where}: batch_size must be >= 1 and rope_base > 0")
+
+  @classmethod
+  def options(cls) -> tuple[str, ...]:
+    """The names an entry's 4th item may hold."""
+    return tuple(f.name for f in dataclasses.fields(cls))[3:]
+
+  @classmethod
+  def parse(cls, entry) -> "PhaseSpec":
+    """A PhaseSpec from its config form (a tuple or list of 3 items and the options' dict)."""
+    if isinstance(entry, PhaseSpec):
+      return entry
+    if not isinstance(entry, (tuple, list)) or len(entry) not in (3, 4):
+      raise ConfigError(f"train.phases entry {entry!r} must be (fraction, seq_len,"
+                        " max_predictions[, options])")
+    opts = entry[3] if len(entry) > 3 else {}
+    if not isinstance(opts, dict) or set(opts) - set(cls.options()):
+      raise ConfigError(f"train.phases entry {tuple(entry)}: its 4th item must be a dict of"
+                        f" {', '.join(cls.options())}")
+    try:
+      fraction, seq_len, slots = float(entry[0]), _whole(entry[1]), _whole(entry[2])
+      typed = {k: (_whole(v) if k == "batch_size" else v if k == "objective" else float(v))
+               for k, v in opts.items()}
+    except (TypeError, ValueError):
+      raise ConfigError(f"train.phases entry {tuple(entry)}: fraction, seq_len, max_predictions"
+                        " and the options must be numbers (objective a name)") from None
+    return cls(fraction, seq_len, slots, **typed)
+
+  def option_values(self) -> dict:
+    """The options this entry sets."""
+    return {k: getattr(self, k) for k in self.options() if getattr(self, k) is not None}
+
+  def entry(self) -> tuple:
+    """The config form: (fraction, seq_len, max_predictions[, options])."""
+    opts = self.option_values()
+    return (self.fraction, self.seq_len, self.max_predictions) + ((opts,) if opts else ())
+
+
+def _whole(value) -> int:
+  if isinstance(value, bool) or int(value) != value:
+    raise ValueError(value)
+  return int(value)
 
 
 @dataclasses.dataclass(frozen=True)

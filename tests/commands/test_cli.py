@@ -47,7 +47,7 @@ def test_cli_selects_strategy_format_and_preset(tmp_path, tokenizer_path):
               "--config.data.format=sop", "--config.train.phases=((0.5, 32, 5), (0.5, 64, 10))",
               "--config.train.steps=4", "--config.train.batch_size=8",
               "--config.train.log_every_steps=2", "--config.train.eval_every_steps=4",
-              "--config.train.eval_batches=1", "--config.train.warmup_steps=1")
+              "--config.train.eval_batches=1", "--config.optimizer.warmup_steps=1")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "nsp_acc" in proc.stderr and "nsp_accuracy" in proc.stderr
   assert "Phase 1 from step 2: MLM, seq_len 64, max_predictions 10" in proc.stderr

@@ -24,9 +24,9 @@ def trained(tmp_path_factory, tokenizer_path):
   config.data.seq_len = 32
   config.masking.max_predictions_per_seq = 10
   config.model.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
-  config.train.update(steps=500, batch_size=16, warmup_steps=20, learning_rate=2e-3,
-                      eval_every_steps=500, eval_batches=2, checkpoint_every_steps=500,
-                      log_every_steps=100)
+  config.train.update(steps=500, batch_size=16, eval_every_steps=500, eval_batches=2,
+                      checkpoint_every_steps=500, log_every_steps=100)
+  config.optimizer.update(warmup_steps=20, learning_rate=2e-3)
   return train_on_one_device(config, str(root / "run"))
 
 

@@ -49,15 +49,17 @@ def pretrained(tmp_path_factory, tokenizer_path):
   config = tiny.get_config()
   config.tokenizer.path = tokenizer_path
   config.model.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
-  config.train.update(steps=100, batch_size=32, warmup_steps=20, eval_every_steps=100,
-                      checkpoint_every_steps=100, log_every_steps=50, eval_batches=2)
+  config.train.update(steps=100, batch_size=32, eval_every_steps=100, checkpoint_every_steps=100,
+                      log_every_steps=50, eval_batches=2)
+  config.optimizer.update(warmup_steps=20)
   return train_on_one_device(config, str(tmp_path_factory.mktemp("pretrained") / "run"))
 
 
 def _finetune_config(**train):
   config = finetune_config.get_config()
   config.data.update(seq_len=64, max_train_examples=256)
-  config.train.update(epochs=2.0, learning_rate=1e-3, log_every_steps=4, **train)
+  config.train.update(epochs=2.0, log_every_steps=4, **train)
+  config.optimizer.update(learning_rate=1e-3)
   return config
 
 
@@ -118,7 +120,8 @@ def test_finetuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
   encoders = {}
   for init in ("pretrained", "random"):
     config = _finetune_config()
-    config.train.update(learning_rate=0.0, epochs=32 / 256)  # one step of batch 32
+    config.train.update(epochs=32 / 256)  # one step of batch 32
+    config.optimizer.learning_rate = 0.0
     out = workdir_lib.Workdir(str(tmp_path / init))
     r = trainer.finetune(config, pretrained, tasks.load("kjv_testament"), out.path,
                          random_init=init == "random")
@@ -138,7 +141,7 @@ def test_finetuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     ("skip", "step 4: 4 non-finite steps in a row (more than train.max_consecutive_skips=3);"
              " stopping"),
     ("stop", "step 1: non-finite loss or gradients; the update was not applied and nothing"
-             " after the last checkpoint was saved (lower train.learning_rate, or set"
+             " after the last checkpoint was saved (lower optimizer.learning_rate, or set"
              " train.nonfinite_policy='skip')")])
 def test_finetune_stops_on_nonfinite_steps_as_pretraining_does(pretrained, tmp_path,
                                                                 monkeypatch, policy, message):

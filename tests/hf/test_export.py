@@ -35,8 +35,9 @@ MASKED_TEXT = "In the beginning God created the [MASK] and the earth."
 
 def _short(config):
   """A run of 4 steps (compilation dominates) with one eval and one checkpoint."""
-  config.train.update(batch_size=8, steps=4, warmup_steps=1, log_every_steps=1,
-                      eval_every_steps=4, eval_batches=1, checkpoint_every_steps=4)
+  config.train.update(batch_size=8, steps=4, log_every_steps=1, eval_every_steps=4, eval_batches=1,
+                      checkpoint_every_steps=4)
+  config.optimizer.update(warmup_steps=1)
   config.model.dropout_rate = config.model.attention_dropout_rate = 0.0
   config.masking.stats_max_documents = 50  # token counts: unused by random masking
   return config

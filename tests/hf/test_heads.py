@@ -41,8 +41,7 @@ def _model(kind_name: str, tokenizer_path: str, format_: str, pooling: str = "au
   tok = tokenizer_lib.Tokenizer.load(tokenizer_path)
   kind = tasks.make_kind(kind_name, settings, LABELS.get(kind_name, []))
   mesh = sharding.make_mesh(FinetuneMesh((1, 1, 1)), devices=jax.devices()[:1])
-  setup = trainer.model_setup(settings, pre, kind, tok.vocab_size, mesh,
-                              settings.train.optimizer_settings(1))
+  setup = trainer.model_setup(settings, pre, kind, tok.vocab_size, mesh, total_steps=1)
   record = {"task": "test", **kind.record()}
   return finished.FinetunedModel(settings, record, pre.settings, tok, kind, 0,
                                  setup.init_fn()["params"], setup)

@@ -97,7 +97,8 @@ def test_electra_discriminator_fine_tunes(tmp_path, electra_run):
   pretrained, _ = electra_run
   config = finetune_config.get_config()
   config.data.update(seq_len=32, max_train_examples=32)
-  config.train.update(epochs=1.0, batch_size=16, learning_rate=1e-12, log_every_steps=1)
+  config.train.update(epochs=1.0, batch_size=16, log_every_steps=1)
+  config.optimizer.update(learning_rate=1e-12)
   result = trainer.finetune(config, pretrained, tasks.load("kjv_testament"),
                             str(tmp_path / "finetuned"))
   assert (result["init"], result["pretrained_step"], result["steps"]) == ("pretrained", 8, 2)

@@ -143,7 +143,7 @@ def test_bfloat16_compute_keeps_float32_master_weights_and_trains():
   from synthetic_steps import losses_of, small_config, synthetic_batches, train  # pylint: disable=g-import-not-at-top
   config = small_config((1, 1, 1))
   config.model.dtype = "bfloat16"
-  config.train.learning_rate = 3e-3
+  config.optimizer.learning_rate = 3e-3
   batches = synthetic_batches(2)
   metrics, state = train(config, batches * 5, devices=jax.devices()[:1])
   assert all(x.dtype == np.float32 for x in jax.tree.leaves(state["params"]))

@@ -22,7 +22,7 @@ OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
              "--config.model.num_layers=2", "--config.train.log_every_steps=2",
              "--config.train.checkpoint_every_steps=4", "--config.train.eval_every_steps=4",
-             "--config.train.eval_batches=1", "--config.train.warmup_steps=2"]
+             "--config.train.eval_batches=1", "--config.optimizer.warmup_steps=2"]
 
 
 def _train(workdir, tokenizer_path, processes, stop_after=8, steps=8, extra=()):
@@ -97,7 +97,7 @@ def test_two_processes_stop_together_at_their_time_budget(tmp_path, tokenizer_pa
   logs warnings only: both ending, and one checkpoint, is what shows they agreed.)"""
   workdir = str(tmp_path)
   logs = _train(workdir, tokenizer_path, processes=2, stop_after=100_000, steps=100_000,
-                extra=["--config.train.budget_hours=0.001", "--config.train.warmup_steps=100",
+                extra=["--config.train.budget_hours=0.001", "--config.optimizer.warmup_steps=100",
                        "--config.train.checkpoint_every_steps=100000",
                        "--config.train.eval_every_steps=100000"])
   said = re.search(r"Time budget of 0.001 h spent \(([\d.]+) s of training\) at step (\d+)",

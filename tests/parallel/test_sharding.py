@@ -30,7 +30,7 @@ from synthetic_steps import (VOCAB, collectives_in, init_state, losses_of, small
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
 def test_rules_shard_parameters_and_optimizer_state(optimizer):
   config = small_config((2, 2, 2))
-  config.train.optimizer = optimizer
+  config.optimizer.kind = optimizer
   setup = assembly.Assembly.of(config).setup(VOCAB, sharding.make_mesh(config.mesh))
   params = setup.state_shardings["params"]
   block = params["blocks"][0]

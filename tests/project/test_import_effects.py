@@ -1,8 +1,8 @@
 """Importing mlmjax changes nothing outside it (issue 51): no sys.modules entry of another
 package replaced or hidden (jax's plugins are hidden only where a program starts:
 parallel/plugins.py, cli.py), no jax.monitoring listener registered (a time budget registers
-its own when the first one is made: training/planning/time_budget.py), and compile targets restore only
-the environment keys they set (parallel/targets.py)."""
+its own when the first one is made: training/planning/time_budget.py), and compile targets restore
+only the environment keys they set (parallel/targets.py)."""
 
 import importlib.util
 import json

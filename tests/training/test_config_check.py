@@ -120,11 +120,11 @@ def test_the_budget_rule_is_the_maskers_own_rounding():
                            " model.num_heads=5"),
     ("model.position_embedding_type", "alibi", "model.position_embedding_type='alibi' is not"
                                                " one of learned, rope"),
-    ("train.optimizer", "sgd", "train.optimizer='sgd' is not one of adamw, lamb, muon"),
+    ("optimizer.kind", "sgd", "optimizer.kind='sgd' is not one of adamw, lamb, muon"),
     ("train.nonfinite_policy", "ignore", "train.nonfinite_policy='ignore' is not one of skip,"
                                          " stop"),
-    ("train.phases", ((0.5, 128, 20),), "train.phases=((0.5, 128, 20),) must be (fraction,"
-     " seq_len, max_predictions[, options]) entries with positive fractions summing to 1"),
+    ("train.phases", ((0.5, 128, 20),), "train.phases=((0.5, 128, 20),): the fractions must"
+     " sum to 1"),
     ("data.eval_every_nth_document", 1, "data.eval_every_nth_document=1 must be >= 2"),
     ("data.num_shards", 3, "data.num_shards=3 must be a multiple of the 1 processes and divide"
                            " train.batch_size=256"),

@@ -91,7 +91,8 @@ def test_the_rules_it_refuses_are_one_line(micro_config):
 def test_the_bound_falls_as_the_tiny_model_trains(tmp_path, micro_config):
   micro_config.objective.kind = "diffusion"
   micro_config.train.update(steps=40, log_every_steps=20, eval_every_steps=40,
-                            checkpoint_every_steps=40, learning_rate=3e-3)
+                            checkpoint_every_steps=40)
+  micro_config.optimizer.update(learning_rate=3e-3)
   train_on_one_device(micro_config, str(tmp_path / "run"))
   rows = [r for r in metrics.rows(str(tmp_path / "run" / "metrics.jsonl")) if "loss" in r]
   assert [r["step"] for r in rows] == [20, 40]

@@ -72,7 +72,7 @@ def test_stop_policy_names_the_step_and_saves_nothing_after_it(tmp_path, micro_c
     train.train_and_evaluate(micro_config, str(tmp_path))
   assert str(e.value) == (
       "step 5: non-finite loss or gradients; the update was not applied and nothing after the"
-      " last checkpoint was saved (lower train.learning_rate, or set"
+      " last checkpoint was saved (lower optimizer.learning_rate, or set"
       " train.nonfinite_policy='skip')")
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
   state = saved_state(str(tmp_path), 4)

@@ -1,6 +1,6 @@
-"""Automatic fit (training/planning/fit.py): train.fit='auto' compiles candidates with the real compiler
-and takes the fewest micro-batches, then the least recomputation, that fit the memory budget;
-a run logs the choice, keeps it in fit.json and resumes with it without searching again.
+"""Automatic fit (training/planning/fit.py): train.fit='auto' compiles candidates with the real
+compiler and takes the fewest micro-batches, then the least recomputation, that fit the memory
+budget; a run logs the choice, keeps it in fit.json and resumes with it without searching again.
 
 What the compiled steps of the tiny preset (batch 64, seq 128, on the 8 test devices) need
 belongs to the jax version that compiles them (jax 0.10.2 here: 90.7 MiB with 1 micro-batch,

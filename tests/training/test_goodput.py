@@ -1,4 +1,5 @@
-"""Goodput accounting (training/run/goodput.py) by hand, and the watchdog (training/run/watchdog.py) in
+"""Goodput accounting (training/run/goodput.py) by hand, and the watchdog
+(training/run/watchdog.py) in
 a real process: its limits, its stop (stacks, one error line, exit status 75)."""
 
 import json

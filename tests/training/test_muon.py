@@ -1,4 +1,4 @@
-"""train.optimizer='muon': the blocks' matrices get Muon (checked against a numpy Newton-Schulz),
+"""optimizer.kind='muon': the blocks' matrices get Muon (checked against a numpy Newton-Schulz),
 everything else AdamW; behind apply_if_finite; sharded like the parameters; a tiny run learns."""
 
 import jax
@@ -36,18 +36,18 @@ def _params():
           "mlm_transform": {"kernel": jnp.asarray(rng.normal(size=(4, 4)), jnp.float32)}}
 
 
-def _train_config(name):
+def _optimizer_config(name):
   config = small_config()
-  config.train.update(optimizer=name, learning_rate=1e-2, warmup_steps=1, weight_decay=0.0,
-                      grad_clip_norm=1e9)
-  return config.train
+  config.optimizer.update(kind=name, learning_rate=1e-2, warmup_steps=1, weight_decay=0.0,
+                          grad_clip_norm=1e9)
+  return optim.OptimizerSettings.from_config(config.optimizer), config.train.steps
 
 
 def _step(name, grads, params):
   """The update of step 1 (step 0 is warmup's rate 0) from a fresh state."""
-  tx = optim.make_optimizer(_train_config(name))
+  tx = optim.make_optimizer(*_optimizer_config(name))
   updates, state = tx.update(grads, tx.init(params), params, step=1)
-  return updates, state, float(optim.learning_rate_schedule(_train_config(name))(1))
+  return updates, state, float(optim.learning_rate_schedule(*_optimizer_config(name))(1))
 
 
 def test_muon_update_of_a_matrix_is_its_orthogonalised_gradient():
@@ -90,7 +90,7 @@ def test_muon_skips_nonfinite_gradients():
 @pytest.mark.slow
 def test_muon_state_is_sharded_like_the_parameters_and_a_tiny_run_learns():
   config = small_config((1, 4, 2))  # FSDP x tensor parallel
-  config.train.update(optimizer="muon", learning_rate=1e-2, warmup_steps=1)
+  config.optimizer.update(kind="muon", learning_rate=1e-2, warmup_steps=1)
   mesh = sharding.make_mesh(config.mesh)
   setup = assembly.Assembly.of(config).setup(VOCAB, mesh)
   want = setup.state_shardings["params"]["blocks"][0]["attention"]["qkv_kernel"]

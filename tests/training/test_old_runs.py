@@ -30,8 +30,8 @@ from mlmjax.training import train
 EARLIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
                        "config_9dcaede.json")
 # Keys added to configs/base.py after runs had been saved: a config.json of then lacks them.
-ADDED_SINCE = ("masking.mask_rate_schedule", "masking.mask_rate_end", "train.schedule_unit",
-               "train.muon_momentum", "train.muon_rms", "data.sources", "eval")
+ADDED_SINCE = ("masking.mask_rate_schedule", "masking.mask_rate_end", "optimizer.schedule_unit",
+               "optimizer.muon_momentum", "optimizer.muon_rms", "data.sources", "eval")
 TEXT = "And God said, Let there be [MASK]: and there was light."
 
 
@@ -84,6 +84,9 @@ def test_a_run_saved_by_an_earlier_mlmjax_evaluates_predicts_exports_finetunes_r
   trained to that config, is evaluated, predicted with, exported, fine-tuned and resumed."""
   earlier = json.load(open(EARLIER))
   settings = saved_config.load(EARLIER).settings.replace(train={"steps": 4})
+  # Its keys where today's format keeps them (the optimizer's moved from train.* in format 2).
+  expected = saved_config.read(EARLIER)
+  expected["train"]["steps"] = 4
   workdir = str(tmp_path / "run")
   train.train_and_evaluate(settings, workdir)
   run = workdir_lib.Workdir(workdir)
@@ -95,14 +98,15 @@ def test_a_run_saved_by_an_earlier_mlmjax_evaluates_predicts_exports_finetunes_r
   # Every saved value is kept; the keys it lacks take today's defaults, types included.
   config = run.load_config()
   saved = _saved_form(config)
-  for section, values in earlier.items():
+  assert earlier["train"]["learning_rate"] == config.optimizer.learning_rate
+  for section, values in expected.items():
     if isinstance(values, dict):
       for key, value in values.items():
         assert saved[section][key] == value, f"{section}.{key}"
     else:
       assert saved[section] == values, section
   assert "mask_rate_schedule" not in earlier["masking"] and "schedule_unit" not in earlier["train"]
-  assert (config.masking.mask_rate_schedule, config.train.schedule_unit,
+  assert (config.masking.mask_rate_schedule, config.optimizer.schedule_unit,
           config.eval.mask_rate) == ("constant", "steps", 0.15)
   assert isinstance(config.mesh.shape, tuple) and isinstance(config.mesh.rules[0], tuple)
 
@@ -131,7 +135,7 @@ def test_a_run_saved_by_an_earlier_mlmjax_evaluates_predicts_exports_finetunes_r
   assert latest_step(workdir) == 8
   resaved = json.load(open(run.config))
   assert resaved[saved_config.VERSION_KEY] == saved_config.VERSION
-  assert resaved["train"]["schedule_unit"] == "steps"
+  assert resaved["optimizer"]["schedule_unit"] == "steps" and "optimizer" not in resaved["train"]
 
 
 def _saved_today(tmp_path, config=None) -> workdir_lib.Workdir:
@@ -142,10 +146,10 @@ def _saved_today(tmp_path, config=None) -> workdir_lib.Workdir:
 
 def test_a_config_json_without_the_keys_added_since_reads_onto_todays_defaults(tmp_path):
   run = _saved_today(tmp_path)
-  expected = _write_as_earlier_mlmjax(run, {"train.learning_rate": 1})  # JSON's int
+  expected = _write_as_earlier_mlmjax(run, {"train.learning_rate": 1})  # JSON's int, moved
   config = run.load_config()
-  assert config.train.learning_rate == 1.0 and isinstance(config.train.learning_rate, float)
-  expected["train"]["learning_rate"] = 1.0
+  assert config.optimizer.learning_rate == 1.0 and isinstance(config.optimizer.learning_rate, float)
+  expected["optimizer"]["learning_rate"] = 1.0
   assert _saved_form(config) == expected
 
 

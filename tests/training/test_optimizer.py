@@ -23,25 +23,30 @@ def _toy_params():
           "norm": {"scale": jnp.ones((4,), jnp.float32)}}
 
 
+def _typed(config):
+  """make_optimizer's arguments from a config: its optimizer section, typed, and the steps."""
+  return optim.OptimizerSettings.from_config(config.optimizer), config.train.steps
+
+
 def _updates(optimizer, grads_fn, steps=2):
   """The updates of the last of `steps` steps (the first has warmup's learning rate 0)."""
   config = small_config()
-  config.train.optimizer = optimizer
-  config.train.learning_rate = 1e-2
-  tx = optim.make_optimizer(config.train)
+  config.optimizer.kind = optimizer
+  config.optimizer.learning_rate = 1e-2
+  tx = optim.make_optimizer(*_typed(config))
   params = _toy_params()
   state = tx.init(params)
   for step in range(steps):
     updates, state = tx.update(grads_fn(params), state, params, step=step)
-  return params, updates, state, config.train
+  return params, updates, state, _typed(config)
 
 
 def test_unknown_optimizer_is_a_one_line_error():
   config = small_config()
-  config.train.optimizer = "sgd"
+  config.optimizer.kind = "sgd"
   with pytest.raises(errors.ConfigError) as e:
     config_check.checked(config)
-  assert str(e.value) == "train.optimizer='sgd' is not one of adamw, lamb, muon"
+  assert str(e.value) == "optimizer.kind='sgd' is not one of adamw, lamb, muon"
 
 
 def test_lamb_moves_each_matrix_by_learning_rate_times_its_norm():
@@ -52,9 +57,9 @@ def test_lamb_moves_each_matrix_by_learning_rate_times_its_norm():
   def grads(params):
     return jax.tree.map(lambda p, s: s * jnp.cos(p), params,
                         {"dense": {"kernel": 1e-3, "bias": 1e3}, "norm": {"scale": 1.0}})
-  params, lamb, _, train_config = _updates("lamb", grads)
+  params, lamb, _, typed = _updates("lamb", grads)
   _, adamw, _, _ = _updates("adamw", grads)
-  lr = float(optim.learning_rate_schedule(train_config)(1))
+  lr = float(optim.learning_rate_schedule(*typed)(1))
   kernel = params["dense"]["kernel"]
   np.testing.assert_allclose(np.linalg.norm(lamb["dense"]["kernel"]),
                              lr * np.linalg.norm(kernel), rtol=1e-5)
@@ -70,14 +75,14 @@ def test_the_schedule_follows_the_step_through_skipped_updates():
   schedule(2) although only one update was applied before it. Adam with b1 = b2 = 0 and
   gradients of ones moves every weight by exactly the learning rate (up to eps)."""
   config = small_config()
-  config.train.update(learning_rate=1e-2, warmup_steps=4, weight_decay=0.0, adam_b1=0.0,
-                      adam_b2=0.0, adam_eps=1e-9)
-  tx = optim.make_optimizer(config.train)
+  config.optimizer.update(learning_rate=1e-2, warmup_steps=4, weight_decay=0.0, adam_b1=0.0,
+                          adam_b2=0.0, adam_eps=1e-9)
+  tx = optim.make_optimizer(*_typed(config))
   params = _toy_params()
   state = tx.init(params)
   ones = jax.tree.map(jnp.ones_like, params)
   nan = jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), params)
-  schedule = optim.learning_rate_schedule(config.train)
+  schedule = optim.learning_rate_schedule(*_typed(config))
   for step, grads in enumerate([ones, nan, ones, ones]):
     updates, state = tx.update(grads, state, params, step=step)
     want = 0.0 if step == 1 else -float(schedule(step))
@@ -101,9 +106,9 @@ def test_nonfinite_gradients_change_nothing(optimizer):
   finite = lambda p: jax.tree.map(jnp.ones_like, p)
   _, _, before, _ = _updates(optimizer, finite, steps=1)
   config = small_config()
-  config.train.optimizer = optimizer
-  config.train.learning_rate = 1e-2
-  tx = optim.make_optimizer(config.train)
+  config.optimizer.kind = optimizer
+  config.optimizer.learning_rate = 1e-2
+  tx = optim.make_optimizer(*_typed(config))
   nan = jax.tree.map(lambda p: jnp.full_like(p, jnp.nan), _toy_params())
   updates, after = tx.update(nan, before, _toy_params(), step=1)
   assert all(not np.any(u) for u in jax.tree.leaves(updates))
@@ -126,7 +131,7 @@ def test_micro_batches_equal_one_big_batch(mesh_shape, k, optimizer):
   the global batch) and the per-token loss sums of adaptive masking."""
   config = small_config(mesh_shape)
   config.data.format = "segment_pair"
-  config.train.optimizer = optimizer
+  config.optimizer.kind = optimizer
   batches = synthetic_batches(3, nsp=True)
   init, _ = init_state(config)
   big_metrics, big_state = train(config, batches, per_token_loss=True, init=init)

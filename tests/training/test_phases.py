@@ -23,8 +23,8 @@ def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resum
   across the switch, the run ends bit-identical to the straight one."""
   micro_config.train.phases = ((0.5, 16, 3, {"batch_size": 8}),
                                (0.5, 32, 6, {"rope_base": 160_000.0}))
-  micro_config.train.update(checkpoint_every_steps=8, eval_every_steps=8, log_every_steps=4,
-                            schedule_unit="tokens")
+  micro_config.train.update(checkpoint_every_steps=8, eval_every_steps=8, log_every_steps=4)
+  micro_config.optimizer.update(schedule_unit="tokens")
   seen = set()  # (base, rows, length) of every rotary table traced into a step
 
   def spy(positions_bt, head_size, max_positions, base=10000.0):
@@ -47,8 +47,9 @@ def test_the_phase_rotary_base_and_batch_are_those_of_the_forward_pass_and_resum
 def _train_config(unit):
   config = base.get_config()
   config.data.seq_len = 32
-  config.train.update(steps=8, warmup_steps=2, learning_rate=1.0, schedule_unit=unit,
-                      batch_size=16, phases=((0.5, 32, 6, {"batch_size": 8}), (0.5, 32, 6)))
+  config.train.update(steps=8, batch_size=16,
+                      phases=((0.5, 32, 6, {"batch_size": 8}), (0.5, 32, 6)))
+  config.optimizer.update(warmup_steps=2, learning_rate=1.0, schedule_unit=unit)
   return config
 
 
@@ -58,9 +59,10 @@ def _step_tokens(config):
 
 def test_the_learning_rate_counts_tokens_through_a_batch_warmup():
   """4 steps of 8 rows then 4 of 16: the first half of the steps is a third of the tokens."""
-  steps_schedule = optimizer.learning_rate_schedule(_train_config("steps").train)
+  by_steps, by_tokens = (RunSettings.from_config(_train_config(u)) for u in ("steps", "tokens"))
+  steps_schedule = optimizer.learning_rate_schedule(by_steps.optimizer, 8)
   tokens_schedule = optimizer.learning_rate_schedule(
-      _train_config("tokens").train, _step_tokens(_train_config("tokens")))
+      by_tokens.optimizer, 8, _step_tokens(_train_config("tokens")))
   clock = optimizer.token_clock(8, _step_tokens(_train_config("tokens")))
   assert [float(clock(s)) for s in (0, 4, 6, 8)] == pytest.approx([0, 8 / 3, 16 / 3, 8])
   for step in range(9):
@@ -82,6 +84,6 @@ def test_phase_plan_and_rules():
   with pytest.raises(ConfigError, match="rope_base > 0"):
     config_check.checked(config, 8, 1)
   config.train.phases = ((1.0, 32, 6),)
-  config.train.schedule_unit = "rows"
-  with pytest.raises(ConfigError, match="train.schedule_unit='rows' is not one of"):
+  config.optimizer.schedule_unit = "rows"
+  with pytest.raises(ConfigError, match="optimizer.schedule_unit='rows' is not one of"):
     config_check.checked(config, 8, 1)

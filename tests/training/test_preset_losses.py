@@ -58,7 +58,8 @@ def shrunk(preset: str, tokenizer_path: str):
     return (entry[0], seq(entry[1]), slots(entry[2], entry[1])) + ((opts,) if opts else ())
   config.train.phases = tuple(map(phase, config.train.phases))
   t = config.train
-  t.batch_size, t.steps, t.warmup_steps, t.log_every_steps = 8, STEPS, 5, 1
+  t.batch_size, t.steps, t.log_every_steps = 8, STEPS, 1
+  config.optimizer.warmup_steps = 5
   t.eval_every_steps = t.checkpoint_every_steps = STEPS
   t.eval_batches, t.fit, t.grad_accum_steps = 1, "off", 1
   return config

@@ -19,10 +19,10 @@ def test_bert(size):
   assert c.data.format == "segment_pair"  # segment pairs + NSP
   assert (c.masking.strategy, c.masking.mask_rate) == ("random", 0.15)
   assert (c.masking.mask_token_prob, c.masking.random_token_prob) == (0.8, 0.1)
-  assert (c.train.learning_rate, c.train.warmup_steps) == (1e-4, 10_000)
+  assert (c.optimizer.learning_rate, c.optimizer.warmup_steps) == (1e-4, 10_000)
   assert (c.train.batch_size, c.train.steps) == (256, 1_000_000)
-  assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.999, 1e-6)
-  assert c.train.weight_decay == 0.01
+  assert (c.optimizer.adam_b1, c.optimizer.adam_b2, c.optimizer.adam_eps) == (0.9, 0.999, 1e-6)
+  assert c.optimizer.weight_decay == 0.01
   assert c.train.phases == ((0.9, 128, 20), (0.1, 512, 80))
   plan = phases.plan(RunSettings.from_config(c))
   assert [(p.start, p.end, p.seq_len, p.max_predictions) for p in plan] == [
@@ -37,9 +37,9 @@ def test_roberta(size, lr, warmup, layers):
   assert c.model.num_layers == layers
   assert c.data.format == "full_sentences" and c.data.seq_len == 512  # no NSP
   assert c.train.batch_size == 8192
-  assert (c.train.learning_rate, c.train.warmup_steps) == (lr, warmup)
-  assert (c.train.adam_b1, c.train.adam_b2, c.train.adam_eps) == (0.9, 0.98, 1e-6)
-  assert c.train.weight_decay == 0.01
+  assert (c.optimizer.learning_rate, c.optimizer.warmup_steps) == (lr, warmup)
+  assert (c.optimizer.adam_b1, c.optimizer.adam_b2, c.optimizer.adam_eps) == (0.9, 0.98, 1e-6)
+  assert c.optimizer.weight_decay == 0.01
   assert c.train.steps == 500_000
   assert c.masking.max_predictions_per_seq >= round(0.15 * 510)
 
@@ -54,11 +54,11 @@ def test_spanbert_wwm_and_30_percent():
   m = mosaicbert.get_config()
   assert m.masking.mask_rate == 0.30 and m.data.seq_len == 128
   assert m.masking.max_predictions_per_seq >= round(0.30 * 126)
-  assert (m.train.batch_size, m.train.steps, m.train.learning_rate) == (4096, 70_000, 5e-4)
-  assert m.train.warmup_steps == round(0.06 * 70_000)
-  assert (m.train.adam_b2, m.train.adam_eps) == (0.98, 1e-6)
+  assert (m.train.batch_size, m.train.steps, m.optimizer.learning_rate) == (4096, 70_000, 5e-4)
+  assert m.optimizer.warmup_steps == round(0.06 * 70_000)
+  assert (m.optimizer.adam_b2, m.optimizer.adam_eps) == (0.98, 1e-6)
   # Decoupled weight decay 1e-5 (Composer) = optax adamw's weight_decay * peak lr.
-  assert abs(m.train.weight_decay * m.train.learning_rate - 1e-5) < 1e-12
+  assert abs(m.optimizer.weight_decay * m.optimizer.learning_rate - 1e-5) < 1e-12
   assert m.data.format == "full_sentences"
 
 
@@ -76,10 +76,10 @@ def test_modernbert(size, layers, hidden, heads, mlp, lr):
   assert m.dropout_rate == m.attention_dropout_rate == 0.0
   assert c.tokenizer.vocab_size == 50368
   assert (c.masking.mask_rate, c.data.seq_len, c.data.format) == (0.30, 1024, "full_sentences")
-  t = c.train
-  assert (t.learning_rate, t.adam_b1, t.adam_b2, t.adam_eps) == (lr, 0.9, 0.98, 1e-6)
-  assert (t.schedule, t.decay_shape, t.batch_size, t.update_clip_rms) == ("wsd", "sqrt", 4608, 1.0)
-  assert abs(t.weight_decay * t.learning_rate - 1e-5) < 1e-12
+  t, o = c.train, c.optimizer
+  assert (o.learning_rate, o.adam_b1, o.adam_b2, o.adam_eps) == (lr, 0.9, 0.98, 1e-6)
+  assert (o.schedule, o.decay_shape, t.batch_size, o.update_clip_rms) == ("wsd", "sqrt", 4608, 1.0)
+  assert abs(o.weight_decay * o.learning_rate - 1e-5) < 1e-12
   assert abs(t.steps * t.batch_size * 1024 - 1.7e12) < 1024 * t.batch_size  # 1.7T tokens
 
 
@@ -91,7 +91,7 @@ def test_unknown_size_is_a_clear_error():
 def test_biphasic_is_modernbert_with_a_quarter_of_causal_lm_first():
   c = biphasic.get_config("large")
   assert c.model == modernbert.get_config("large").model
-  assert RunSettings.from_config(c).train.phases == (
+  assert RunSettings.from_config(c).to_config_dict().train.phases == (
       (0.25, 1024, 307, {"objective": "clm"}), (0.75, 1024, 307))
   plan = phases.plan(RunSettings.from_config(c))
   assert [(p.objective, p.predictions) for p in plan] == [("clm", 1023), ("mlm", 307)]

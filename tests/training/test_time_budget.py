@@ -148,9 +148,9 @@ def test_the_run_follows_its_budget_ends_there_and_resumes_with_what_is_left(
   seconds = 4.0
   clock = _StepClock()
   monkeypatch.setattr(time_budget, "TimeBudget", _budgets_on(clock))
-  micro_config.train.update(steps=100_000, warmup_steps=10_000, log_every_steps=1,
-                            eval_every_steps=100_000, checkpoint_every_steps=100_000,
-                            budget_hours=seconds / 3600)
+  micro_config.train.update(steps=100_000, log_every_steps=1, eval_every_steps=100_000,
+                            checkpoint_every_steps=100_000, budget_hours=seconds / 3600)
+  micro_config.optimizer.update(warmup_steps=10_000)
   workdir = str(tmp_path / "run")
   with caplog.at_level(logging.INFO):
     train.train_and_evaluate(micro_config, workdir)
@@ -163,7 +163,8 @@ def test_the_run_follows_its_budget_ends_there_and_resumes_with_what_is_left(
   spent_at = next(r["step"] for r in rows if r["budget_fraction"] >= 1.0)
   assert last == spent_at + 1 == 60  # step 59 was given 58 x 0.07 s = 4.06 s
   assert "Time budget of 0.00111111 h spent" in caplog.text
-  schedule = optimizer.learning_rate_schedule(RunSettings.from_config(micro_config).train)
+  settings = RunSettings.from_config(micro_config)
+  schedule = optimizer.learning_rate_schedule(settings.optimizer, settings.train.steps)
   for row in rows:  # the rate a step applied: at its own position
     position = max(row["step"] - 1, row["budget_fraction"] * 100_000)
     assert row["learning_rate"] == pytest.approx(float(schedule(position)), rel=1e-5,

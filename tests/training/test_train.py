@@ -26,7 +26,7 @@ def test_loss_decreases_on_tiny_config(tmp_path, tokenizer_path):
   config.tokenizer.path = tokenizer_path  # skip tokenizer training; the model is tiny.py's
   config.train.steps = 60
   config.train.batch_size = 16  # tiny.py's 32 halved: the same model learns as visibly
-  config.train.warmup_steps = 10
+  config.optimizer.warmup_steps = 10
   config.train.eval_every_steps = 60
   config.train.eval_batches = 1  # the losses read are the training rows'
   config.train.log_every_steps = 10

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # training processes, stopped and restarted
 
 OVERRIDES = ["--config.train.batch_size=8", "--config.data.num_shards=2",
              "--config.data.seq_len=32", "--config.masking.max_predictions_per_seq=10",
-             "--config.model.num_layers=2", "--config.train.warmup_steps=2",
+             "--config.model.num_layers=2", "--config.optimizer.warmup_steps=2",
              "--config.train.eval_batches=1", "--config.watchdog.min_step_seconds=4"]
 
 

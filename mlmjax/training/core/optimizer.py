@@ -1,7 +1,7 @@
 """Optimizer: global-norm clipping + AdamW, LAMB or Muon, a warmup-then-decay schedule, no
 weight decay on LN/bias, optional per-tensor update clipping (StableAdamW-style).
 
-Schedules (`train.schedule`), all after a linear warmup from 0 to the peak:
+Schedules (`optimizer.schedule`), all after a linear warmup from 0 to the peak:
   linear  linear decay to `end_learning_rate` at the last step (BERT);
   cosine  cosine decay to `end_learning_rate`;
   wsd     warmup-stable-decay (trapezoidal): the peak until the last `decay_fraction` of the
@@ -16,6 +16,7 @@ freezes.)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -24,8 +25,62 @@ import numpy as np
 import optax
 from optax import contrib as optax_contrib
 
+from mlmjax import typed_settings
+from mlmjax.errors import ConfigError
 from mlmjax.models import param_names
-from mlmjax.training.settings import TrainSettings
+
+OPTIMIZERS = ("adamw", "lamb", "muon")
+SCHEDULES = ("linear", "cosine", "wsd")
+SCHEDULE_UNITS = ("steps", "tokens")
+DECAY_SHAPES = ("linear", "sqrt")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings(typed_settings.Section):
+  """config.optimizer, typed: pretraining's (configs/base.py) and fine-tuning's
+  (finetuning/config.py, BERT's fine-tuning defaults), read by make_optimizer."""
+
+  KEY = "optimizer"
+
+  kind: str
+  learning_rate: float
+  warmup_steps: int
+  warmup_fraction: float
+  end_learning_rate: float
+  schedule: str
+  decay_fraction: float
+  decay_shape: str
+  schedule_unit: str
+  weight_decay: float
+  adam_b1: float
+  adam_b2: float
+  adam_eps: float
+  grad_clip_norm: float
+  update_clip_rms: float
+  muon_momentum: float
+  muon_rms: float
+
+  def __post_init__(self):
+    typed_settings.one_of("optimizer.kind", self.kind, OPTIMIZERS)
+    typed_settings.one_of("optimizer.schedule", self.schedule, SCHEDULES)
+    typed_settings.one_of("optimizer.decay_shape", self.decay_shape, DECAY_SHAPES)
+    typed_settings.one_of("optimizer.schedule_unit", self.schedule_unit, SCHEDULE_UNITS)
+    if self.learning_rate < 0 or self.warmup_steps < 0:
+      raise ConfigError("optimizer.learning_rate and optimizer.warmup_steps must be >= 0")
+    if not 0.0 <= self.warmup_fraction < 1.0:
+      raise ConfigError(f"optimizer.warmup_fraction={self.warmup_fraction} must be in [0, 1)")
+    if self.warmup_steps and self.warmup_fraction:
+      raise ConfigError("optimizer.warmup_steps and optimizer.warmup_fraction both set: give"
+                        " one (the other 0)")
+    if not 0.0 <= self.muon_momentum < 1.0 or self.muon_rms <= 0:
+      raise ConfigError("optimizer.muon_momentum must be in [0, 1) and optimizer.muon_rms > 0")
+    if not 0.0 < self.decay_fraction <= 1.0 or self.update_clip_rms < 0:
+      raise ConfigError("optimizer.decay_fraction must be in (0, 1] and"
+                        " optimizer.update_clip_rms >= 0")
+
+  def warmup(self, total_steps: int) -> int:
+    """The warmup's length in steps of a run of `total_steps`."""
+    return self.warmup_steps or round(self.warmup_fraction * total_steps)
 
 
 
@@ -35,20 +90,21 @@ def _decay(peak: float, end: float, steps: int, shape: str) -> optax.Schedule:
   return optax.linear_schedule(peak, end, steps)
 
 
-# (step, tokens seen after it) at every phase boundary (training/planning/phases.py's Plan.step_tokens).
+# (step, tokens seen after it) at every phase boundary (training/planning/phases.py's
+# Plan.step_tokens).
 StepTokens = tuple[np.ndarray, np.ndarray]
 
 
-def learning_rate_schedule(train_config: TrainSettings,
+def learning_rate_schedule(config: OptimizerSettings, total_steps: int,
                            step_tokens: StepTokens | None = None) -> optax.Schedule:
-  """The schedule of the module docstring, as a function of the step; with
-  `train.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
-  by_step = _step_schedule(train_config)
-  if train_config.schedule_unit == "steps":
+  """The schedule of the module docstring over a run of `total_steps`, as a function of the
+  step; with `optimizer.schedule_unit='tokens'`, of the tokens seen (see token_clock)."""
+  by_step = _step_schedule(config, total_steps)
+  if config.schedule_unit == "steps":
     return by_step
   if step_tokens is None:  # every step alike (no phases)
-    step_tokens = (np.asarray([0.0, train_config.steps]), np.asarray([0.0, 1.0]))
-  clock = token_clock(train_config.steps, step_tokens)
+    step_tokens = (np.asarray([0.0, total_steps]), np.asarray([0.0, 1.0]))
+  clock = token_clock(total_steps, step_tokens)
   return lambda step: by_step(clock(step))
 
 
@@ -63,11 +119,11 @@ def token_clock(total_steps: int, step_tokens: StepTokens):
   return lambda step: jnp.interp(jnp.asarray(step, jnp.float32), steps, fraction) * total_steps
 
 
-def _step_schedule(train_config: TrainSettings) -> optax.Schedule:
-  t = train_config
+def _step_schedule(config: OptimizerSettings, total_steps: int) -> optax.Schedule:
+  t = config
   peak, end = float(t.learning_rate), float(t.end_learning_rate)
-  warmup = max(int(t.warmup_steps), 1)
-  rest = max(int(t.steps) - warmup, 1)
+  warmup = max(t.warmup(total_steps), 1)
+  rest = max(int(total_steps) - warmup, 1)
   if t.schedule == "cosine":
     after = optax.cosine_decay_schedule(peak, rest, alpha=end / peak if peak else 0.0)
   elif t.schedule == "wsd":
@@ -117,7 +173,7 @@ def _muon_labels(params):
                       is_leaf=lambda d: d is None or _is_dims(d))
 
 
-def scale_by_muon(train_config: TrainSettings) -> optax.GradientTransformation:
+def scale_by_muon(config: OptimizerSettings) -> optax.GradientTransformation:
   """Muon (Jordan et al., 2024): Nesterov momentum orthogonalised by Newton-Schulz, then scaled
   to the RMS of an AdamW update (Liu et al. 2025, "Muon is Scalable"), so that one learning
   rate and weight decay serve both parameter groups."""
@@ -125,13 +181,13 @@ def scale_by_muon(train_config: TrainSettings) -> optax.GradientTransformation:
     # An orthogonal [m, n] matrix has RMS 1/sqrt(max(m, n)): scale it to muon_rms.
     def scale(u, d):
       fans = [math.prod(u.shape[a] for a in axes) for axes in d]
-      return u * (train_config.muon_rms * math.sqrt(max(fans)))
+      return u * (config.muon_rms * math.sqrt(max(fans)))
     del params
     return jax.tree.map(scale, updates, muon_dimensions(updates), is_leaf=_is_dims), state
 
   # Given the updates of the Muon leaves only (the others are masked out of the tree).
   return optax.chain(
-      optax_contrib.scale_by_muon(beta=train_config.muon_momentum, nesterov=True,
+      optax_contrib.scale_by_muon(beta=config.muon_momentum, nesterov=True,
                                   weight_dimension_numbers=muon_dimensions),
       optax.GradientTransformation(lambda params: optax.EmptyState(), match_rms))
 
@@ -145,8 +201,8 @@ def scale_by_step_schedule(schedule: optax.Schedule) -> optax.GradientTransforma
   return optax.GradientTransformationExtraArgs(lambda params: optax.EmptyState(), update)
 
 
-def make_optimizer(train_config: TrainSettings, step_tokens: StepTokens | None = None
-                   ) -> optax.GradientTransformationExtraArgs:
+def make_optimizer(config: OptimizerSettings, total_steps: int,
+                   step_tokens: StepTokens | None = None) -> optax.GradientTransformationExtraArgs:
   """Clip + AdamW or LAMB, behind optax.apply_if_finite: a step whose gradients hold a NaN or
   Inf changes neither the parameters nor the optimizer state (the trainer's policy then
   decides whether to go on, see train.nonfinite_policy). Updates take `step=`.
@@ -159,20 +215,20 @@ def make_optimizer(train_config: TrainSettings, step_tokens: StepTokens | None =
   share the adam_* keys, the decay mask and the schedule; NVIDIA also clips the global gradient
   norm before LAMB, as done here. Muon: see scale_by_muon; the other parameters get AdamW.
   """
-  t = train_config
+  t = config
   adam = [optax.scale_by_adam(b1=t.adam_b1, b2=t.adam_b2, eps=t.adam_eps)]
   if t.update_clip_rms > 0:
     # StableAdamW (Wortsman et al., 2023) / Adafactor's update clipping: each tensor's Adam
     # update is scaled down to RMS <= update_clip_rms, so a spike in one tensor's second-moment
     # estimate cannot blow it up.
     adam.append(optax.clip_by_block_rms(t.update_clip_rms))
-  if t.optimizer == "muon":  # Muon for the blocks' matrices, AdamW for the rest
+  if t.kind == "muon":  # Muon for the blocks' matrices, AdamW for the rest
     adam = [optax.partition({"muon": scale_by_muon(t), "adamw": optax.chain(*adam)},
                             _muon_labels)]
   adam.append(optax.add_decayed_weights(t.weight_decay, mask=decay_mask))
-  if t.optimizer == "lamb":
+  if t.kind == "lamb":
     adam.append(optax.masked(optax.scale_by_trust_ratio(), decay_mask))
   inner = optax.chain(optax.clip_by_global_norm(t.grad_clip_norm), *adam,
-                      scale_by_step_schedule(learning_rate_schedule(t, step_tokens)))
+                      scale_by_step_schedule(learning_rate_schedule(t, total_steps, step_tokens)))
   # Never "give up and apply" (optax's fallback): the host stops the run instead.
   return optax.apply_if_finite(inner, max_consecutive_errors=2**31 - 1)

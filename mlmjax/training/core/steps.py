@@ -16,8 +16,6 @@ import jax.numpy as jnp
 import optax
 
 from mlmjax.parallel import sharding
-from mlmjax.training.core import optimizer
-from mlmjax.training.settings import TrainSettings
 from mlmjax.training.core.train_state import MeshSetup, State
 
 Sums = dict[str, jax.Array]
@@ -55,20 +53,22 @@ def split_micro_batches(batch: dict, k: int, mesh: jax.sharding.Mesh) -> dict:
   return jax.tree.map(split, batch)
 
 
-def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainSettings, seed: int,
-                    step_tokens: optimizer.StepTokens | None = None
+def make_train_step(setup: MeshSetup, objective: Objective, schedule: optax.Schedule,
+                    total_steps: int, seed: int, grad_accum_steps: int = 1,
+                    dropout_rng: str = "threefry2x32"
                     ) -> Callable[[State, dict], tuple[State, dict]]:
-  """(state, batch) -> (state, metrics); donates the old state's buffers. `step_tokens`: the
-  token clock's table the optimizer was made with (optimizer.py), for the rate it logs.
+  """(state, batch) -> (state, metrics); donates the old state's buffers. `schedule`: the
+  learning rate the optimizer applies (optimizer.learning_rate_schedule), logged with each
+  step; `total_steps`: the run's, of which a time budget's share spent is a position.
 
-  With `train_config.grad_accum_steps` k > 1 the global batch is split into k micro-batches
-  inside the step (lax.scan): gradients and metric sums add up over them and one update is
-  applied, equal to that of the whole batch. The metrics are the objective's sums plus
-  `grad_norm`, `learning_rate` and `nonfinite` (1: the optimizer skipped a NaN/Inf update).
+  With `grad_accum_steps` k > 1 the global batch is split into k micro-batches inside the
+  step (lax.scan): gradients and metric sums add up over them and one update is applied,
+  equal to that of the whole batch. The metrics are the objective's sums plus `grad_norm`,
+  `learning_rate` and `nonfinite` (1: the optimizer skipped a NaN/Inf update). `dropout_rng`:
+  the PRNG implementation of dropout's bits (train.dropout_rng).
   """
-  schedule = optimizer.learning_rate_schedule(train_config, step_tokens)
-  dropout_base = jax.random.key(seed, impl=train_config.dropout_rng)
-  k = int(train_config.grad_accum_steps)
+  dropout_base = jax.random.key(seed, impl=dropout_rng)
+  k = int(grad_accum_steps)
 
   def grads_and_sums(params, batch, key, counts):
     """Gradients of this (micro-)batch's share of the global loss, and its metric sums."""
@@ -110,12 +110,12 @@ def make_train_step(setup: MeshSetup, objective: Objective, train_config: TrainS
     # The global counts are already reduced over devices (the loss needed them first): report
     # those rather than reducing the same sums a second time.
     sums.update({c: counts[c] for c in counts if c in sums})
-    # The schedule follows the step, or the time budget (planning/time_budget.py): the rate logged is
-    # the rate applied.
+    # The schedule follows the step, or the time budget (planning/time_budget.py): the rate logged
+    # is the rate applied.
     position, spent = state["step"], None
     if BUDGET_SPENT in batch:  # one value on every process (planning/time_budget.py)
       spent = jnp.min(batch[BUDGET_SPENT])
-      position = jnp.maximum(position, spent * train_config.steps)
+      position = jnp.maximum(position, spent * total_steps)
     updates, opt_state = setup.tx.update(grads, state["opt_state"], state["params"],
                                          step=position)
     new_state = {"step": state["step"] + 1,

@@ -275,7 +275,7 @@ def _made_for(parts: assembly.Assembly, mesh: jax.sharding.Mesh, budget: int | N
           "mesh": dict(mesh.shape), "budget_bytes": budget, "model": model,
           "objective": dataclasses.asdict(settings.objective), "format": settings.data.format,
           "shapes": list(parts.plan.shapes().values()),
-          "optimizer": settings.train.optimizer}
+          "optimizer": settings.optimizer.kind}
 
 
 def resolve(parts: assembly.Assembly, vocab_size: int, mesh: jax.sharding.Mesh,

@@ -3,16 +3,8 @@ recipes also grow the batch (mmBERT), raise the rotary base with the length (Mod
 context extension) and anneal the mask rate (30% -> 15% -> 5%) phase by phase.
 
 `config.train.phases` is a tuple of (fraction of train.steps, seq_len, max_predictions_per_seq)
-with an optional 4th item, a dict of what else the phase changes:
-
-    batch_size     global rows per step (batch-size warmup; default train.batch_size)
-    rope_base      rotary base of the global layers (default model.rope_base)
-    mask_rate      the phase's own mask rate schedule, from mask_rate at its first step ...
-    mask_rate_end  ... to mask_rate_end at its last (default: mask_rate, constant), shaped by
-                   masking.mask_rate_schedule; phases without them follow the run-long one
-    objective      a registered objective that trains BERT's own model (objectives/: 'clm',
-                   next-token prediction; 'mlm'; 'diffusion') (default: objective.kind):
-                   causal LM first, then MLM; MLM, then diffusion
+with an optional 4th item, a dict of what else the phase changes (batch size, rotary base, mask
+rates, objective): each typed, with its rule and its meaning, in training/settings.py's PhaseSpec.
 
 Empty means one phase with `data.seq_len` and `masking.max_predictions_per_seq`. The model,
 the optimizer state and the step carry over a switch; the input pipeline is rebuilt for the new
@@ -32,6 +24,7 @@ import numpy as np
 from mlmjax.data import masking
 from mlmjax.training import objectives
 from mlmjax.training.run_settings import RunSettings
+from mlmjax.training.settings import PhaseSpec
 
 # Data seeds of successive phases are this far apart.
 _PHASE_SEED_STRIDE = 7919
@@ -65,11 +58,6 @@ class Phase:
   def masker(self) -> str:
     """What the host masker makes for its batches (objectives.MLM_MASKER, DIFFUSION_MASKER)."""
     return objectives.get(self.objective).masker
-
-
-def options(entry) -> dict:
-  """The 4th item of a phase entry ({} when there is none)."""
-  return dict(entry[3]) if len(entry) > 3 else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,22 +111,20 @@ class Plan:
 def plan(settings: RunSettings) -> Plan:
   """The run's phases; their ends are fractions of train.steps (the last one ends there)."""
   train, m = settings.train, settings.masking
-  spec = train.phases or ((1.0, settings.data.seq_len, m.max_predictions_per_seq),)
+  spec = train.phases or (PhaseSpec(1.0, settings.data.seq_len, m.max_predictions_per_seq),)
   rates = _mask_rates(spec, m, train.steps)
   phases = []
   for i, (entry, (start, end)) in enumerate(zip(spec, _bounds(spec, train.steps))):
-    opts = options(entry)
-    seq_len, slots = int(entry[1]), int(entry[2])
+    seq_len, slots = entry.seq_len, entry.max_predictions
     if rates is not None:  # the slots follow the rate: as many as a full row wants at its peak
       _, wanted = masking.budget(seq_len - 2, rates.peak(start, end), slots)
       slots = min(slots, int(wanted))
-    own = ((float(opts["mask_rate"]), float(opts.get("mask_rate_end", opts["mask_rate"])))
-           if "mask_rate" in opts else None)
-    objective = opts.get("objective", settings.objective.kind)
+    own = None if entry.mask_rate is None else (
+        entry.mask_rate, entry.mask_rate if entry.mask_rate_end is None else entry.mask_rate_end)
+    objective = entry.objective or settings.objective.kind
     slots = objectives.get(objective).slots(seq_len, slots)
-    phases.append(Phase(i, start, end, seq_len, slots,
-                        int(opts.get("batch_size", train.batch_size)),
-                        float(opts.get("rope_base", settings.model.rope_base)),
+    phases.append(Phase(i, start, end, seq_len, slots, entry.batch_size or train.batch_size,
+                        entry.rope_base or settings.model.rope_base,
                         settings.seed + _PHASE_SEED_STRIDE * i, own, objective))
   kind = settings.objective.kind
   whole_run = Phase(0, 0, train.steps, settings.data.seq_len,
@@ -157,32 +143,32 @@ def _step_tokens(phases: list[Phase]) -> tuple[np.ndarray, np.ndarray]:
   return np.asarray(steps, np.float64), np.asarray(tokens, np.float64)
 
 
-def _bounds(spec, total: int) -> list[tuple[int, int]]:
+def _bounds(spec: tuple[PhaseSpec, ...], total: int) -> list[tuple[int, int]]:
   """(start, end) steps of each phase; the ends are fractions of train.steps."""
   out, start, cumulative = [], 0, 0.0
   for i, entry in enumerate(spec):
-    cumulative += entry[0]
+    cumulative += entry.fraction
     end = total if i == len(spec) - 1 else min(total, round(cumulative * total))
     out.append((start, end))
     start = end
   return out
 
 
-def _mask_rates(spec, m: masking.Settings, total: int) -> masking.RateSchedule | None:
+def _mask_rates(spec: tuple[PhaseSpec, ...], m: masking.Settings,
+                total: int) -> masking.RateSchedule | None:
   """The run's mask rate by step, None if it never changes: a phase naming `mask_rate` gets a
   segment of its own, the others follow the run-long masking.mask_rate -> mask_rate_end."""
-  own = [options(e) for e in spec]
-  if m.mask_rate_schedule == "constant" and not any("mask_rate" in o for o in own):
+  if m.mask_rate_schedule == "constant" and all(e.mask_rate is None for e in spec):
     return None
   run_end = m.mask_rate if m.mask_rate_schedule == "constant" else m.mask_rate_end
-  if not any("mask_rate" in o for o in own):  # one segment: a cosine stays one cosine
+  if all(e.mask_rate is None for e in spec):  # one segment: a cosine stays one cosine
     return masking.RateSchedule((masking.Segment(0, total, m.mask_rate, run_end),),
                                 m.mask_rate_schedule)
   segments = []
-  for opts, (start, end) in zip(own, _bounds(spec, total)):
-    if "mask_rate" in opts:
-      rate = float(opts["mask_rate"])
-      segments.append(masking.Segment(start, end, rate, float(opts.get("mask_rate_end", rate))))
+  for entry, (start, end) in zip(spec, _bounds(spec, total)):
+    if entry.mask_rate is not None:
+      end_rate = entry.mask_rate if entry.mask_rate_end is None else entry.mask_rate_end
+      segments.append(masking.Segment(start, end, entry.mask_rate, end_rate))
     else:  # the run-long schedule's piece over this phase
       segments.append(masking.Segment(start, end, m.mask_rate, run_end, ramp=(0, total)))
   return masking.RateSchedule(tuple(segments), m.mask_rate_schedule)

@@ -202,7 +202,7 @@ class Checkpointer:
         raise CheckpointMismatchError(
             f"the checkpoints in {self.directory} hold another optimizer's state"
             f" ({len(saved_opt)} arrays there, {len(wanted_opt)} in this config): resume with"
-            " the run's train.optimizer, or use a new --workdir")
+            " the run's optimizer.kind, or use a new --workdir")
       return
     vocab_key = "token_embedding"
     if vocab_key in saved and saved[vocab_key][0] != wanted[vocab_key][0]:

@@ -45,7 +45,7 @@ class NonFinitePolicy:
     if self.policy == "stop":
       raise NonFiniteError(
           f"step {step}: non-finite loss or gradients; the update was not applied and nothing"
-          " after the last checkpoint was saved (lower train.learning_rate, or set"
+          " after the last checkpoint was saved (lower optimizer.learning_rate, or set"
           " train.nonfinite_policy='skip')")
     if self.consecutive > self.max_consecutive:
       raise NonFiniteError(
