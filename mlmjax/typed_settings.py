@@ -5,8 +5,9 @@ data/masking/settings.py, parallel/settings.py, training/settings.py, training/c
 finetuning/settings.py) is a frozen dataclass and a `Section` whose field names are its
 section's keys; `from_config` reads them with their declared types (a key the section does not
 read is refused), and the class's `__post_init__` checks the rules of its own keys, so a bad
-value fails where it is made with one line naming the `--config.` key. Rules across sections (a phase longer than the model's
-positions, a batch the mesh cannot split) are training/config_check.py's.
+value fails where it is made with one line naming the `--config.` key. Rules across sections
+(a phase longer than the model's positions, a batch the mesh cannot split) are
+training/config_check.py's.
 """
 
 from __future__ import annotations
