@@ -5,7 +5,8 @@ story: the pure core, the run as it goes, and its planning.
   assembly.py          a run's parts made from its settings in one place: input, model and
                        optimizer on a mesh, train step, batch shapes, FLOPs
   run_settings.py      RunSettings: every section of a run's config, typed
-  settings.py          the objective.*, train.*, eval.* and watchdog.* sections
+  settings.py          the objective.*, train.* (its phases typed), eval.* and watchdog.*
+                       sections
   config_check.py      every config rule, checked before anything is written
   objectives/          the pretraining objectives, registered by name: MLM (NSP/SOP, span
                        boundary), ELECTRA, CLM, diffusion
@@ -18,7 +19,7 @@ story: the pure core, the run as it goes, and its planning.
   finished_run.py      a run loaded back from its folder (predict, evaluate, export, finetune)
   benchmark.py         what the bench commands measure
   masks_preview.py     the masks of a run's first batch (python -m mlmjax.show_masks)
-The jitted core (core/, settings.py) loads nothing of data/: assembly.py joins it to the input.
+The jitted core (core/) loads nothing of data/: assembly.py joins it to the input.
 Imports hf/, data/, parallel/, models/ and configs/ (saved_config.py reads a run onto
 configs/base.py); finetuning/ and the commands build on it.
 """
