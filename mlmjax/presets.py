@@ -25,8 +25,6 @@ import traceback
 
 from mlmjax import configs
 from mlmjax.errors import CommandLineError
-from mlmjax.errors import ConfigError
-from mlmjax.training.settings import PhaseSpec
 
 # The keys train.phases decide when it is set (training/planning/phases.py): every phase names its
 # own length and prediction slots, and these others where every phase's options name them.
@@ -96,12 +94,10 @@ def ignored_overrides(config, overrides) -> str | None:
   phases = _phases(config)
   if not phases or "train.phases" in overrides:
     return None
-  try:
-    specs = [PhaseSpec.parse(p) for p in phases]
-  except ConfigError:
-    return None  # the run's settings say what is wrong with them
+  # the entries as the config gives them (training/settings.py's PhaseSpec reads them later:
+  # importing it here would import jax before a command's compile target is known)
   decided = list(PHASE_KEYS) + [key for option, key in PHASE_OPTION_KEYS.items()
-                                if all(getattr(p, option) is not None for p in specs)]
+                                if all(len(p) > 3 and option in p[3] for p in phases)]
   keys = [k for k in decided if k in overrides]
   if not keys:
     return None

@@ -205,7 +205,7 @@ def test_modern_block_trains_and_resumes_exactly(tmp_path, micro_config, caplog)
     c.model[key] = preset.model[key]
   c.model.num_layers, c.model.local_attention_window = 3, 8
   for key in ("schedule", "decay_shape", "adam_b2", "update_clip_rms"):
-    c.train[key] = preset.train[key]
+    c.optimizer[key] = preset.optimizer[key]
   straight, split = str(tmp_path / "straight"), str(tmp_path / "split")
   metrics = train.train_and_evaluate(c, straight)
   assert np.isfinite(metrics["eval/loss"])
