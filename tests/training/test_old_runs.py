@@ -20,6 +20,7 @@ from mlmjax.hf import exporter
 from mlmjax.inference import fill_mask as predict
 from mlmjax.training import finished_run
 from mlmjax.training.run import workdir as workdir_lib
+from mlmjax.training import run_settings
 from mlmjax.training import saved_config
 from mlmjax.training import train
 
@@ -29,6 +30,11 @@ from mlmjax.training import train
 # the keys added since (mask rate schedules, linguistic masking, phases' options, ...).
 EARLIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
                        "config_9dcaede.json")
+# A config.json of format 1 as mlmjax wrote it on 2026-12-08 (53d00ca: configs/tiny.py with
+# train.learning_rate=3e-3, train.optimizer='lamb', train.warmup_steps=7), before format 2 moved
+# the optimizer's keys to optimizer.*.
+FORMAT_1 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures",
+                        "config_53d00ca.json")
 # Keys added to configs/base.py after runs had been saved: a config.json of then lacks them.
 ADDED_SINCE = ("masking.mask_rate_schedule", "masking.mask_rate_end", "optimizer.schedule_unit",
                "optimizer.muon_momentum", "optimizer.muon_rms", "data.sources", "eval")
@@ -211,3 +217,18 @@ def test_a_config_json_of_a_newer_format_is_refused_in_one_line_by_the_command(t
   assert proc.stderr.strip().splitlines()[-1] == (
       f"error: {run.config} has config_version={saved_config.VERSION + 1}: this mlmjax reads"
       f" formats up to {saved_config.VERSION}; load the run with a newer mlmjax")
+
+
+def test_a_config_json_of_format_1_has_its_optimizer_keys_read_into_their_section():
+  saved = json.load(open(FORMAT_1))
+  assert saved[saved_config.VERSION_KEY] == 1
+  settings = saved_config.load(FORMAT_1).settings
+  moved = [(s, k, n) for (s, k), n in run_settings.MOVED_IN_2.items() if k in saved[s]]
+  assert len(moved) == 16  # all but warmup_fraction (a key of fine-tuning's train.* then)
+  for section, key, (new_section, new_key) in moved:
+    assert getattr(getattr(settings, new_section), new_key) == saved[section][key], key
+  assert (settings.optimizer.kind, settings.optimizer.learning_rate,
+          settings.optimizer.warmup_steps) == ("lamb", 3e-3, 7)
+  resaved = json.loads(saved_config.dumps(settings.to_config_dict()))
+  assert resaved[saved_config.VERSION_KEY] == saved_config.VERSION == 2
+  assert not set(resaved["train"]) & {key for _, key in run_settings.MOVED_IN_2}
