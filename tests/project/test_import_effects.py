@@ -4,6 +4,7 @@ parallel/plugins.py, cli.py), no jax.monitoring listener registered (a time budg
 its own when the first one is made: training/planning/time_budget.py), and compile targets restore
 only the environment keys they set (parallel/targets.py)."""
 
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -65,8 +66,9 @@ def test_importing_mlmjax_hides_no_plugin_and_registers_no_listener():
 @pytest.mark.skipif(plugins.nvidia_gpu() or plugins.tpu_vm(),
                     reason="their accelerator is here: nothing to hide")
 def test_importing_the_library_prints_nothing_of_cuda():
-  """Where [test] installs the CUDA plugin on a machine without a GPU, `import jax` prints its
-  driver notice three times; importing mlmjax's library modules (jax with them) prints nothing.
+  """Where [test] installs the CUDA plugin on a machine without a GPU, `import jax` (0.10)
+  prints its driver notice three times; importing mlmjax's library modules (jax with them)
+  prints nothing.
   (Starting jax's devices is jax's: a program hides the plugin first, `hide` below.)"""
   assert importlib.util.find_spec("jax_cuda12_plugin") is not None  # else this shows nothing
   env = user_env()
@@ -76,8 +78,10 @@ def test_importing_the_library_prints_nothing_of_cuda():
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120, check=True).stderr
 
-  assert "Could not find cuda drivers" in stderr_of("import jax")  # what mlmjax keeps out
   assert stderr_of("import mlmjax.training.core.steps, mlmjax.inference, jax") == ""
+  # What it keeps out: jax 0.10 (the floor) prints it when imported; 0.12 loads no kernel then.
+  if importlib.metadata.version("jax").startswith("0.10."):
+    assert "Could not find cuda drivers" in stderr_of("import jax")
 
 
 @pytest.mark.skipif(plugins.nvidia_gpu() or plugins.tpu_vm(),
